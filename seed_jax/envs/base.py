@@ -1,0 +1,125 @@
+"""The environment protocol every seed_jax environment implements.
+
+An environment is host-side Python state: it is reset to a `Task`, then stepped with the
+action string the agent's response parsed to. Environments know nothing about prompts or
+models; `seed_jax.agent` turns observations into prompts and responses into actions.
+
+Each step returns a `StepResult`; its `info` always carries the keys in `REQUIRED_INFO_KEYS`
+so the rollout loop, the analyzer and the metrics can treat every environment alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, runtime_checkable
+
+SPLITS = ("train", "valid_seen", "valid_unseen")
+
+# Keys every `StepResult.info` (and the info returned by `reset`) must hold.
+#   won: bool                  the task is accomplished (success)
+#   action_valid: bool         the env understood the action (False: a no-op was taken)
+#   admissible_actions: list[str] | None   actions the env accepts now, where it knows them
+#   task_type: str             the task family, for per-type success rates
+REQUIRED_INFO_KEYS = ("won", "action_valid", "admissible_actions", "task_type")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One task an agent can be reset to.
+
+  Attributes:
+    env: name of the environment family ("alfworld", "webshop", "search", "sokoban").
+    task_id: unique, stable id within the env (e.g. the game folder); used for GRPO groups.
+    split: one of `SPLITS`.
+    task_type: the task family, e.g. "pick_and_place" or "hotpotqa".
+    payload: env-specific, JSON-serialisable data needed to reset (paths, seeds, goals).
+  """
+
+  env: str
+  task_id: str
+  split: str
+  task_type: str
+  payload: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False, compare=False)
+
+  def __post_init__(self):
+    if self.split not in SPLITS:
+      raise ValueError(f"Task {self.task_id!r}: split {self.split!r} is not one of {SPLITS}")
+
+
+@dataclasses.dataclass
+class StepResult:
+  """What one `Env.step` returns."""
+
+  observation: str
+  reward: float
+  done: bool
+  info: dict[str, Any]
+
+
+@runtime_checkable
+class Env(Protocol):
+  """A single episode-at-a-time environment, driven from the host."""
+
+  def reset(self, task: Task, seed: int) -> tuple[str, dict[str, Any]]:
+    """Starts an episode of `task`. Returns (first observation, info).
+
+    The info holds `REQUIRED_INFO_KEYS` plus "instruction": the task sentence shown to the
+    agent (e.g. "put a hot potato in countertop").
+    """
+    ...
+
+  def step(self, action: str) -> StepResult:
+    """Applies one action string. An action the env does not understand is a no-op step
+    with `info["action_valid"] = False`, never an exception."""
+    ...
+
+  def close(self) -> None:
+    ...
+
+
+def check_info(info: dict[str, Any], where: str) -> dict[str, Any]:
+  """Raises a clear error when an env forgot one of the required info keys."""
+  missing = [k for k in REQUIRED_INFO_KEYS if k not in info]
+  if missing:
+    raise KeyError(f"{where}: info lacks required keys {missing}; has {sorted(info)}")
+  return info
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+  """One past turn as the agent's prompt shows it: what it saw, and the action it took."""
+
+  observation: str
+  action: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedAction:
+  """A model response turned into an env action.
+
+  `valid` is False when the response breaks the format (missing tags, missing think block,
+  ...); the rollout loop then still steps the env with `action` (a no-op string) and charges
+  the invalid-action penalty. `reason` says why, for metrics and debugging.
+  """
+
+  action: str
+  valid: bool
+  reason: str = ""
+
+
+@runtime_checkable
+class AgentFormat(Protocol):
+  """How an env family talks to the model: prompt rendering and response parsing.
+
+  `render` returns the user message of the next turn; the chat template is applied later.
+  `parse` never raises, whatever string it gets.
+  """
+
+  stop_strings: tuple[str, ...]
+
+  def render(self, instruction: str, history: list[Turn], observation: str,
+             admissible_actions: list[str] | None, step: int) -> str:
+    ...
+
+  def parse(self, response: str) -> ParsedAction:
+    ...

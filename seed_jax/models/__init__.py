@@ -1,0 +1,7 @@
+"""The decoder family, its configuration, weight import/export and tokenizers."""
+
+from seed_jax.models.config import ModelConfig
+from seed_jax.models.loader import DEFAULT_MODEL, load_model, resolve_model_path
+from seed_jax.models.tokenizer import Tokenizer, load_tokenizer
+from seed_jax.models.transformer import KVCache, Transformer, init_cache
+from seed_jax.models.weights import export_hf, random_model

@@ -1,0 +1,201 @@
+"""Model configuration for the decoder family, read from and written to HF `config.json`.
+
+One dataclass covers Llama 3 / SmolLM2, Qwen2 / Qwen2.5 and Qwen3; the differences are
+flags (q/k/v bias, q/k RMSNorm, tied head, rope scaling), not subclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax.numpy as jnp
+
+# HF `model_type` -> our architecture name. Each one differs only in the flags below.
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Shape and numerics of a decoder-only transformer.
+
+  `dtype` is the activation/compute dtype, `param_dtype` the storage dtype of weights.
+  Matmuls in bfloat16 always accumulate in float32; logits and softmax are float32.
+  """
+
+  model_type: str = "llama"
+  vocab_size: int = 49152
+  hidden_size: int = 576
+  intermediate_size: int = 1536
+  num_layers: int = 30
+  num_heads: int = 9
+  num_kv_heads: int = 3
+  head_dim: int = 64
+  rope_theta: float = 100000.0
+  rope_scaling: tuple[tuple[str, Any], ...] | None = None  # sorted items of the HF dict
+  rms_norm_eps: float = 1e-5
+  tie_word_embeddings: bool = True
+  qkv_bias: bool = False
+  o_bias: bool = False
+  qk_norm: bool = False
+  max_position_embeddings: int = 8192
+  bos_token_id: int | None = 1
+  eos_token_id: int | tuple[int, ...] | None = 2
+  pad_token_id: int | None = 2
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+
+  def __post_init__(self):
+    if self.model_type not in SUPPORTED_MODEL_TYPES:
+      raise ValueError(f"model_type {self.model_type!r} is not supported; "
+                       f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    for key in ("dtype", "param_dtype"):
+      if getattr(self, key) not in DTYPES:
+        raise ValueError(f"{key} must be one of {sorted(DTYPES)}, got {getattr(self, key)!r}")
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(f"num_attention_heads ({self.num_heads}) must be a multiple of "
+                       f"num_key_value_heads ({self.num_kv_heads})")
+    rope_type = self.rope_scaling_dict.get("rope_type", "default")
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+      raise ValueError(f"rope_scaling.rope_type {rope_type!r} is not supported; "
+                       f"supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
+
+  @property
+  def rope_scaling_dict(self) -> dict[str, Any]:
+    return dict(self.rope_scaling or ())
+
+  @property
+  def jnp_dtype(self):
+    return DTYPES[self.dtype]
+
+  @property
+  def jnp_param_dtype(self):
+    return DTYPES[self.param_dtype]
+
+  @property
+  def eos_token_ids(self) -> tuple[int, ...]:
+    if self.eos_token_id is None:
+      return ()
+    if isinstance(self.eos_token_id, int):
+      return (self.eos_token_id,)
+    return tuple(self.eos_token_id)
+
+  def replace(self, **changes) -> ModelConfig:
+    return dataclasses.replace(self, **changes)
+
+  @classmethod
+  def tiny(cls, **overrides) -> ModelConfig:
+    """A tiny random-weights config for tests: 2 layers, 4 heads over 2 KV heads."""
+    base = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
+                num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=10000.0,
+                max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    base.update(overrides)
+    return cls(**base)
+
+  # -- Hugging Face config.json ----------------------------------------------------------
+
+  @classmethod
+  def from_hf_dict(cls, hf: dict[str, Any], source: str = "config.json", **overrides
+                   ) -> ModelConfig:
+    """Builds a config from the dict of an HF `config.json`; errors name `source` and key."""
+    model_type = hf.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+      raise ValueError(f"{source}: model_type {model_type!r} is not supported; "
+                       f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+
+    def need(key):
+      if key not in hf:
+        raise KeyError(f"{source}: missing required key {key!r} for model_type {model_type!r}")
+      return hf[key]
+
+    num_heads = int(need("num_attention_heads"))
+    hidden = int(need("hidden_size"))
+    # transformers 5 moved rope settings into `rope_parameters`; older files use
+    # `rope_theta` + `rope_scaling`. Accept both.
+    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    rope_theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
+    if "type" in rope and "rope_type" not in rope:
+      rope["rope_type"] = rope.pop("type")
+    if rope.get("rope_type", "default") == "default":
+      rope = {}
+    kwargs = dict(
+        model_type=model_type,
+        vocab_size=int(need("vocab_size")),
+        hidden_size=hidden,
+        intermediate_size=int(need("intermediate_size")),
+        num_layers=int(need("num_hidden_layers")),
+        num_heads=num_heads,
+        num_kv_heads=int(hf.get("num_key_value_heads") or num_heads),
+        head_dim=int(hf.get("head_dim") or hidden // num_heads),
+        rope_theta=rope_theta,
+        rope_scaling=tuple(sorted(rope.items())) or None,
+        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", model_type == "llama")),
+        # Qwen2 always has q/k/v bias; Llama and Qwen3 only when attention_bias is set.
+        qkv_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
+        # Llama's and Qwen3's attention_bias also biases o_proj; Qwen2's o_proj has none.
+        o_bias=model_type != "qwen2" and bool(hf.get("attention_bias", False)),
+        qk_norm=model_type == "qwen3",
+        max_position_embeddings=int(hf.get("max_position_embeddings", 8192)),
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=(tuple(hf["eos_token_id"]) if isinstance(hf.get("eos_token_id"), list)
+                      else hf.get("eos_token_id")),
+        pad_token_id=hf.get("pad_token_id"),
+    )
+    if model_type == "llama" and hf.get("mlp_bias"):
+      raise ValueError(f"{source}: mlp_bias=true is not supported")
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+  @classmethod
+  def from_hf_file(cls, path: str | os.PathLike, **overrides) -> ModelConfig:
+    path = os.fspath(path)
+    if os.path.isdir(path):
+      path = os.path.join(path, "config.json")
+    if not os.path.exists(path):
+      raise FileNotFoundError(f"model config not found: {path}")
+    with open(path) as f:
+      try:
+        hf = json.load(f)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+    return cls.from_hf_dict(hf, source=path, **overrides)
+
+  def to_hf_dict(self) -> dict[str, Any]:
+    """The HF `config.json` dict that transformers loads into the same architecture."""
+    arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM"}[self.model_type]
+    rope = {"rope_type": "default", **self.rope_scaling_dict, "rope_theta": self.rope_theta}
+    hf = {
+        "architectures": [arch],
+        "model_type": self.model_type,
+        "vocab_size": self.vocab_size,
+        "hidden_size": self.hidden_size,
+        "intermediate_size": self.intermediate_size,
+        "num_hidden_layers": self.num_layers,
+        "num_attention_heads": self.num_heads,
+        "num_key_value_heads": self.num_kv_heads,
+        "head_dim": self.head_dim,
+        "hidden_act": "silu",
+        "rope_theta": self.rope_theta,
+        "rope_scaling": None if not self.rope_scaling else self.rope_scaling_dict,
+        "rope_parameters": rope,
+        "rms_norm_eps": self.rms_norm_eps,
+        "tie_word_embeddings": self.tie_word_embeddings,
+        "max_position_embeddings": self.max_position_embeddings,
+        "bos_token_id": self.bos_token_id,
+        "eos_token_id": (list(self.eos_token_id) if isinstance(self.eos_token_id, tuple)
+                         else self.eos_token_id),
+        "pad_token_id": self.pad_token_id,
+        "torch_dtype": self.param_dtype,
+    }
+    if self.model_type == "llama":
+      hf["attention_bias"] = self.qkv_bias
+      hf["mlp_bias"] = False
+    if self.model_type == "qwen3":
+      hf["attention_bias"] = self.qkv_bias
+    return hf

@@ -1,0 +1,54 @@
+"""One entry point to get a model and its tokenizer: `load_model(name_or_path)`.
+
+Accepts the name of an embedded model ("smollm2-135m-instruct"), a local HF folder
+(config.json + safetensors + tokenizer files) or a `.gguf` file. Never uses the network.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jax.sharding import Mesh
+
+from seed_jax.models.config import ModelConfig
+from seed_jax.models.embedded import EMBEDDED_MODELS, embedded_model_dir
+from seed_jax.models.tokenizer import Tokenizer, load_tokenizer, tokenizer_from_gguf
+from seed_jax.models.transformer import Transformer
+from seed_jax.models.weights import SafetensorsSource, load_params
+from seed_jax.parallel.rules import DEFAULT_RULES, Rules
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def resolve_model_path(name_or_path: str) -> str:
+  """An embedded model's converted folder, or the given path if it exists."""
+  if name_or_path in EMBEDDED_MODELS:
+    return embedded_model_dir(name_or_path)
+  path = os.path.expanduser(name_or_path)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"model {name_or_path!r} is neither an embedded model "
+                            f"({', '.join(EMBEDDED_MODELS)}) nor an existing path")
+  return path
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",
+               param_dtype: str | None = None, mesh: Mesh | None = None,
+               rules: Rules = DEFAULT_RULES) -> tuple[Transformer, Tokenizer]:
+  """Loads weights (streamed into `mesh`'s shardings) and the tokenizer.
+
+  Args:
+    name_or_path: embedded model name, HF folder, or `.gguf` file.
+    dtype: compute dtype ("float32" or "bfloat16"); param_dtype defaults to it.
+    mesh: target mesh; None places everything on the first device.
+  """
+  path = resolve_model_path(name_or_path)
+  overrides = dict(dtype=dtype, param_dtype=param_dtype or dtype)
+  if path.endswith(".gguf"):
+    from seed_jax.models.gguf_io import read_gguf  # pylint: disable=import-outside-toplevel
+    cfg, source, reader = read_gguf(path, **overrides)
+    tokenizer = tokenizer_from_gguf(reader, path)
+  else:
+    cfg = ModelConfig.from_hf_file(path, **overrides)
+    source = SafetensorsSource(path)
+    tokenizer = load_tokenizer(path, eos_ids=cfg.eos_token_ids)
+  return load_params(cfg, source, mesh, rules), tokenizer

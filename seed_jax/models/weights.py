@@ -1,0 +1,210 @@
+"""Weights in and out: parameter naming, streaming import into shardings, HF export.
+
+Our parameter tree mirrors Hugging Face's module tree one to one (kernels keep the `[out,
+in]` layout), so a parameter's HF tensor name is a pure function of its path. Import builds
+the model abstractly (no memory), then fills each parameter from a `TensorSource` straight
+into its target sharding: one tensor (or one device's slice of it) in host memory at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Callable, Iterable, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from seed_jax.models.config import ModelConfig
+from seed_jax.models.transformer import Transformer
+from seed_jax.parallel.mesh import param_shardings
+from seed_jax.parallel.rules import DEFAULT_RULES, Rules
+
+# Our module names -> HF module names, applied per path component.
+_RENAMES = {"attn": "self_attn", "input_norm": "input_layernorm",
+            "post_attention_norm": "post_attention_layernorm", "final_norm": "norm",
+            "embed": "embed_tokens", "kernel": "weight", "scale": "weight"}
+
+
+def hf_tensor_name(path: tuple) -> str:
+  """('layers', 3, 'attn', 'q_proj', 'kernel') -> 'model.layers.3.self_attn.q_proj.weight'."""
+  parts = [_RENAMES.get(str(p), str(p)) for p in path]
+  if parts[0] == "lm_head":
+    return ".".join(parts)
+  if parts == ["embed_tokens"]:
+    parts = ["embed_tokens", "weight"]
+  return "model." + ".".join(parts)
+
+
+class TensorSource(Protocol):
+  """Where import reads tensors from, by HF name."""
+
+  description: str
+
+  def names(self) -> Iterable[str]:
+    ...
+
+  def shape(self, name: str) -> tuple[int, ...]:
+    ...
+
+  def read(self, name: str, index: tuple[slice, ...]) -> np.ndarray:
+    """The slice `index` of tensor `name`, as a numpy array (float32 or bfloat16)."""
+    ...
+
+
+def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+  """The model's graph and parameter shapes, without allocating any weights."""
+  model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+  return nnx.split(model)
+
+
+def load_params(cfg: ModelConfig, source: TensorSource, mesh: Mesh | None = None,
+                rules: Rules = DEFAULT_RULES,
+                progress: Callable[[Iterable], Iterable] = lambda it: it) -> Transformer:
+  """Builds a `Transformer` whose parameters stream from `source` into their shardings.
+
+  Every parameter must be found with the expected shape, and every tensor of the source
+  must be used (a tied model may carry a redundant `lm_head.weight`): nothing is silently
+  skipped. Errors name the source and the tensor.
+  """
+  graphdef, state = abstract_model(cfg)
+  if mesh is None:
+    mesh = Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
+  shardings = dict(nnx.to_flat_state(param_shardings(state, mesh, rules)))
+  available = set(source.names())
+  used = set()
+  flat = []
+  for path, var in progress(list(nnx.to_flat_state(state))):
+    name = hf_tensor_name(path)
+    if name not in available:
+      raise KeyError(f"{source.description}: tensor {name!r} is missing "
+                     f"(needed for parameter {'.'.join(map(str, path))})")
+    shape = tuple(source.shape(name))
+    if shape != tuple(var.shape):
+      raise ValueError(f"{source.description}: tensor {name!r} has shape {shape}, "
+                       f"expected {tuple(var.shape)}")
+    sharding = shardings[path].get_value()
+    dtype = var.dtype
+    value = jax.make_array_from_callback(
+        shape, sharding, lambda index, name=name: np.asarray(
+            source.read(name, index)).astype(dtype))
+    flat.append((path, var.replace(value)))
+    used.add(name)
+  # A tied checkpoint may still carry lm_head.weight (a copy of the embedding), and old
+  # Llama checkpoints carry rotary inv_freq buffers: both are derived, not parameters.
+  unused = {n for n in available - used
+            if not n.endswith("rotary_emb.inv_freq")
+            and not (cfg.tie_word_embeddings and n == "lm_head.weight")}
+  if unused:
+    raise ValueError(f"{source.description}: tensors not used by a {cfg.model_type} model: "
+                     f"{sorted(unused)[:8]}{' ...' if len(unused) > 8 else ''}")
+  return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+class SafetensorsSource:
+  """Tensors of an HF folder: `model.safetensors` or an index-sharded set."""
+
+  def __init__(self, folder: str | os.PathLike):
+    from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+    folder = os.fspath(folder)
+    self.description = folder
+    index_path = os.path.join(folder, "model.safetensors.index.json")
+    single = os.path.join(folder, "model.safetensors")
+    if os.path.exists(index_path):
+      with open(index_path) as f:
+        weight_map = json.load(f)["weight_map"]
+    elif os.path.exists(single):
+      weight_map = None
+    else:
+      raise FileNotFoundError(f"{folder}: neither model.safetensors nor "
+                              f"model.safetensors.index.json found")
+    self._handles = {}
+    self._file_of = {}
+    files = sorted(set(weight_map.values())) if weight_map else ["model.safetensors"]
+    for file in files:
+      path = os.path.join(folder, file)
+      if not os.path.exists(path):
+        raise FileNotFoundError(f"{index_path}: shard {file} does not exist")
+      # "flax" returns jax arrays and so reads bfloat16 too; numpy cannot.
+      handle = safe_open(path, framework="flax")
+      self._handles[file] = handle
+      for name in handle.keys():
+        self._file_of[name] = file
+
+  def names(self):
+    return self._file_of.keys()
+
+  def shape(self, name):
+    return tuple(self._handles[self._file_of[name]].get_slice(name).get_shape())
+
+  def read(self, name, index):
+    return np.asarray(self._handles[self._file_of[name]].get_slice(name)[index])
+
+
+class ArraySource:
+  """Tensors held in memory by name (GGUF after dequantisation, tests)."""
+
+  def __init__(self, tensors: dict[str, np.ndarray], description: str):
+    self._tensors = tensors
+    self.description = description
+
+  def names(self):
+    return self._tensors.keys()
+
+  def shape(self, name):
+    return tuple(self._tensors[name].shape)
+
+  def read(self, name, index):
+    return self._tensors[name][index]
+
+
+def params_to_hf_tensors(model: Transformer) -> dict[str, np.ndarray]:
+  """Host copies of every parameter under its HF tensor name."""
+  _, state = nnx.split(model, nnx.Param)
+  return {hf_tensor_name(path): np.asarray(jax.device_get(var.get_value()))
+          for path, var in nnx.to_flat_state(state)}
+
+
+def export_hf(model: Transformer, out_dir: str | os.PathLike, tokenizer=None,
+              dtype: str | None = None) -> str:
+  """Writes an HF folder (model.safetensors, config.json, tokenizer files) that
+  `transformers.AutoModelForCausalLM.from_pretrained` loads with the same logits.
+
+  The folder is written to a temporary sibling then renamed, so a crash never leaves a
+  half-written export behind.
+  """
+  from safetensors.flax import save_file  # pylint: disable=import-outside-toplevel
+  out_dir = os.fspath(out_dir)
+  cfg = model.cfg if dtype is None else model.cfg.replace(param_dtype=dtype)
+  parent = os.path.dirname(os.path.abspath(out_dir))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
+  try:
+    tensors = {name: jnp.asarray(value, cfg.jnp_param_dtype)
+               for name, value in params_to_hf_tensors(model).items()}
+    save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+      json.dump(cfg.to_hf_dict(), f, indent=2)
+    generation = {"bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
+                  "pad_token_id": cfg.pad_token_id}
+    with open(os.path.join(tmp, "generation_config.json"), "w") as f:
+      json.dump(generation, f, indent=2)
+    if tokenizer is not None:
+      tokenizer.save(tmp)
+    if os.path.exists(out_dir):
+      shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return out_dir
+
+
+def random_model(cfg: ModelConfig, seed: int = 0) -> Transformer:
+  """A randomly initialised model (tests, benchmarks)."""
+  return Transformer(cfg, rngs=nnx.Rngs(seed))
