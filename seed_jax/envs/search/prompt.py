@@ -1,0 +1,96 @@
+"""The search-QA prompt (Search-R1 / verl-agent shape) and its response parser.
+
+A response holds either `<search> query </search>` or `<answer> text </answer>`. The parser
+takes the first such block and returns it, tags included, as the env action, so the env
+knows which kind it got. Invalid: no block, both kinds present, or one kind twice.
+"""
+
+from __future__ import annotations
+
+import re
+
+from seed_jax.agent.parsing import INVALID_ACTION
+from seed_jax.envs import base
+
+_BLOCK = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_OPEN_TAG = re.compile(r"<(search|answer)>")
+_CHINESE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+
+_INTRO = """You are an expert agent answering a question step by step with the help of a
+search engine.
+Your question: {question}"""
+
+_HISTORY = """Prior to this step you have taken {steps} step(s). Below is the whole
+interaction so far: <search> </search> holds each query you sent and
+<information> </information> the results the search engine returned.
+{history}"""
+
+_ASK = """Now it's your turn to respond for the current step. First reason inside <think> </think>.
+Then do exactly one of these two (never both):
+(1) If a fact you need is missing or uncertain, search for it: write the query inside
+<search> </search>. The top results will come back inside <information> </information>.
+(2) Only when you are confident, give the final answer inside <answer> </answer>: just the
+short answer (a name, a year, a place), without explanation."""
+
+
+def parse_search_response(response: str) -> base.ParsedAction:
+  """The first `<search>` or `<answer>` block, as `<kind>text</kind>` with the text's
+  whitespace collapsed; never raises.
+
+  A block whose closing tag is missing runs to the end of the response (the sampler stops on
+  the closing tag and may drop it). Invalid (action `INVALID_ACTION`) when there is no
+  block, when both kinds occur, when one kind occurs twice, when the block is empty, or when
+  the response holds Chinese characters.
+  """
+  if not isinstance(response, str):
+    return base.ParsedAction(INVALID_ACTION, False, f"response is {type(response).__name__}")
+  if _CHINESE.search(response):
+    return base.ParsedAction(INVALID_ACTION, False, "response holds chinese characters")
+  kinds = [match.group(1) for match in _OPEN_TAG.finditer(response)]
+  if not kinds:
+    return base.ParsedAction(INVALID_ACTION, False, "no <search> or <answer> block")
+  if len(set(kinds)) > 1:
+    return base.ParsedAction(INVALID_ACTION, False, "both <search> and <answer>")
+  if len(kinds) > 1:
+    return base.ParsedAction(INVALID_ACTION, False, f"more than one <{kinds[0]}>")
+  kind = kinds[0]
+  block = _BLOCK.search(response)
+  if block is not None:
+    text = block.group(2)
+  else:
+    # Samplers stop on "</search>" / "</answer>" and may drop it: take the tail.
+    text = response[response.find(f"<{kind}>") + len(kind) + 2:]
+  text = " ".join(text.split())
+  if not text:
+    return base.ParsedAction(INVALID_ACTION, False, f"empty <{kind}>")
+  return base.ParsedAction(f"<{kind}>{text}</{kind}>", True)
+
+
+class SearchFormat:
+  """Renders the search prompt (the whole history) and parses search / answer blocks."""
+
+  stop_strings: tuple[str, ...] = ("</search>", "</answer>")
+
+  def render(self, instruction: str, history: list[base.Turn], observation: str,
+             admissible_actions: list[str] | None, step: int) -> str:
+    """The user message: the question, every past query and its results, the request.
+
+    `history[k].observation` is what the agent saw before action k: the question at k = 0,
+    then the `<information>` that action k - 1 brought back. `step` (1-based) is unused:
+    the history's length says how many steps were taken.
+    """
+    del admissible_actions
+    parts = [_INTRO.format(question=instruction)]
+    if history:
+      lines = []
+      for k, turn in enumerate(history):
+        if k > 0:
+          lines.append(turn.observation)
+        lines.append(turn.action)
+      lines.append(observation)
+      parts.append(_HISTORY.format(steps=len(history), history="\n".join(lines)))
+    parts.append(_ASK)
+    return "\n\n".join(parts)
+
+  def parse(self, response: str) -> base.ParsedAction:
+    return parse_search_response(response)

@@ -1,0 +1,58 @@
+"""The Sokoban prompt (verl-agent's shape, the reference symbols) and response parsing."""
+
+from __future__ import annotations
+
+from seed_jax.agent.parsing import history_window, parse_action
+from seed_jax.envs import base
+
+_RULES = """You are an expert agent playing Sokoban.
+
+# Symbols
+#: wall, you cannot walk through it or push a box into it
+_: floor
+O: target
+X: box
+√: box on a target
+P: you, the player
+S: you, standing on a target
+
+# Rules
+Walk with up, down, left or right. Walking into a box pushes it one cell the same way,
+unless a wall or another box is behind it. Boxes can be pushed, never pulled, so a box in a
+corner is stuck for good. The puzzle is solved when every box is on a target.
+"""
+
+_ASK = """Your admissible actions are [{actions}].
+
+Now it's your turn to make one move. First reason step by step inside <think> </think>:
+where are the boxes and the targets, which box goes where, and how to avoid pushing a box
+into a corner. Then give exactly one admissible action inside <action> </action>."""
+
+
+class SokobanFormat:
+  """Renders the Sokoban prompt and parses `<think>..</think><action>..</action>`."""
+
+  stop_strings: tuple[str, ...] = ("</action>",)
+
+  def __init__(self, history_length: int = 2):
+    self._history_length = history_length
+
+  def render(self, instruction: str, history: list[base.Turn], observation: str,
+             admissible_actions: list[str] | None, step: int) -> str:
+    """The user message for turn `step` (1-based: the number of the step about to be taken)."""
+    del instruction  # the rules say it all
+    parts = [_RULES.strip()]
+    window = history_window(history, self._history_length)
+    if window:
+      records = "\n".join(f"[Observation {k}:\n{turn.observation}\nAction {k}: '{turn.action}']"
+                          for k, turn in window)
+      parts.append(f"Prior to this step you have taken {len(history)} step(s). The most "
+                   f"recent {len(window)} observations and the actions you took:\n{records}")
+    parts.append(f"You are now at step {step}. The current observation is:\n{observation}")
+    actions = admissible_actions or ["up", "down", "left", "right"]
+    parts.append(_ASK.format(actions=", ".join(f'"{a}"' for a in actions)))
+    return "\n\n".join(parts)
+
+  def parse(self, response: str) -> base.ParsedAction:
+    """The action inside `<action>`, lower-cased; a think block is required."""
+    return parse_action(response, require_think=True)

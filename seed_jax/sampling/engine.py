@@ -1,0 +1,153 @@
+"""Prefill and decode as pure functions over pytrees (the Sampler jits them).
+
+Layout. Prompts are left-padded to `P` (a bucket) so the last prompt token of every row sits
+at slot `P - 1`; positions come from the mask (`cumsum(mask) - 1`), as in the training
+forward. The cache holds `S` slots: prompt slots `[0, P)` and generated token `i` (0-based)
+at slot `P + i`, written when it is fed back to produce token `i + 1`. `kv_mask [R, S]`
+marks slots that hold real tokens.
+
+Fan-out. `prefill` runs once per distinct prompt (`[Bp, P]`) and then gathers rows of the
+cache so that decode row `r` starts from prompt `r // num_samples` (a GRPO group shares one
+prefill, as in levanter; rows at or past `Bp * num_samples` are padding, done from the
+start). Sampling the first token happens after the gather, with per-row keys, so the N
+samples of a group diverge from their first token.
+
+Decode is one `lax.while_loop` that feeds the last token, samples the next and stops when
+every row is done or `max_new` tokens were drawn. Its state (cache included) is donated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from seed_jax.models.transformer import init_cache
+from seed_jax.parallel.rules import constrain
+from seed_jax.sampling.logits import sample_tokens, token_logprobs
+
+Array = jax.Array
+DecodeState = dict[str, Any]
+
+# Stop reasons as stored on device; the host maps them to strings.
+RUNNING, EOS, STOP_STRING, MAX_TOKENS = 0, 1, 2, 3
+REASON_NAMES = {EOS: "eos", STOP_STRING: "stop_string", MAX_TOKENS: "max_tokens"}
+_CACHE_AXES = ("batch", "kv_heads", "length", None)
+
+
+def _choose_and_record(state: DecodeState, logits: Array, knobs: dict[str, Array], *,
+                       top_k: int, use_top_p: bool) -> DecodeState:
+  """Samples token `state["step"]` for every row from `logits [R, V]`, records it with its
+  raw log-prob, and updates done / stop reason / length / stop-automaton state."""
+  step = state["step"]
+  keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(state["row_keys"], step)
+  token = sample_tokens(keys, logits, knobs["temperature"], knobs["top_p"], top_k=top_k,
+                        use_top_p=use_top_p)
+  logprob = token_logprobs(logits, token)
+  done = state["done"]
+  tokens = jax.lax.dynamic_update_slice(state["tokens"], token[:, None], (0, step))
+  logprobs = jax.lax.dynamic_update_slice(state["logprobs"], logprob[:, None], (0, step))
+
+  is_eos = jnp.any(token[:, None] == knobs["eos_ids"][None, :], axis=-1)
+  stop_state = knobs["stop_table"][state["stop_state"], token]
+  hit_stop = stop_state == knobs["stop_match"]
+  hit_max = step + 1 >= knobs["max_new"]
+  newly_done = ~done & (is_eos | hit_stop | hit_max)
+  reason = jnp.where(is_eos, EOS, jnp.where(hit_stop, STOP_STRING, MAX_TOKENS))
+  return dict(
+      state,
+      tokens=tokens,
+      logprobs=logprobs,
+      last_token=jnp.where(done, state["last_token"], token),
+      stop_state=jnp.where(done, state["stop_state"], stop_state),
+      stop_reason=jnp.where(newly_done, reason.astype(jnp.int32), state["stop_reason"]),
+      lengths=jnp.where(done, state["lengths"], step + 1),
+      done=done | newly_done,
+      step=step + 1,
+  )
+
+
+def prefill(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: Array,
+            prompt_mask: Array, prompt_valid: Array, key: Array, knobs: dict[str, Array], *,
+            cache_len: int, max_new_bucket: int, num_samples: int, decode_rows: int,
+            cache_dtype: Any, top_k: int, use_top_p: bool) -> DecodeState:
+  """Runs the prompts through the model, fans out the cache and samples token 0.
+
+  Args:
+    graphdef, params: the split `Transformer`.
+    prompt_tokens: int32 `[Bp, P]` left-padded. prompt_mask: bool `[Bp, P]`.
+    prompt_valid: bool `[Bp]`, False for batch-padding prompts.
+    key: a typed PRNG key for the whole request.
+    knobs: traced sampling settings (see `Sampler`): temperature, top_p, max_new, eos_ids
+      `[E]`, stop_table `[Rs, V]`, stop_match.
+    cache_len: S (static). max_new_bucket: columns of the output buffers (static).
+    num_samples: decode rows per prompt (static). decode_rows: R >= Bp * num_samples.
+  Returns:
+    The decode state for `R` rows, with token 0 sampled.
+  """
+  model = nnx.merge(graphdef, params)
+  batch, prompt_len = prompt_tokens.shape
+  positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=-1) - 1, 0)
+  kv_mask = jnp.zeros((batch, cache_len), bool).at[:, :prompt_len].set(prompt_mask)
+  cache = init_cache(model.cfg, batch, cache_len, cache_dtype)
+  cache = jax.tree.map(lambda c: constrain(c, _CACHE_AXES), cache)
+  hidden, cache = model.forward_with_cache(prompt_tokens, positions, kv_mask, cache, 0)
+  last_hidden = hidden[:, -1]  # left padding: the last slot is every row's last token
+
+  # Fan-out: decode row r continues prompt r // num_samples (padding rows reuse row 0).
+  rows = jnp.arange(decode_rows)
+  source = jnp.where(rows < batch * num_samples, rows // num_samples, 0)
+  gather = lambda x: x[source]
+  cache = jax.tree.map(lambda c: constrain(gather(c), _CACHE_AXES), cache)
+  logits = model.unembed(gather(last_hidden))  # [R, V] float32, last position only
+  valid = gather(prompt_valid) & (rows < batch * num_samples)
+
+  state = dict(
+      cache=cache,
+      kv_mask=gather(kv_mask),
+      next_position=gather(jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)),
+      row_keys=jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, rows),
+      tokens=jnp.zeros((decode_rows, max_new_bucket), jnp.int32),
+      logprobs=jnp.zeros((decode_rows, max_new_bucket), jnp.float32),
+      last_token=jnp.zeros((decode_rows,), jnp.int32),
+      stop_state=jnp.zeros((decode_rows,), jnp.int32),
+      stop_reason=jnp.zeros((decode_rows,), jnp.int32),
+      lengths=jnp.zeros((decode_rows,), jnp.int32),
+      done=~valid,
+      step=jnp.zeros((), jnp.int32),
+  )
+  return _choose_and_record(state, logits, knobs, top_k=top_k, use_top_p=use_top_p)
+
+
+def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState,
+           knobs: dict[str, Array], *, prompt_len: int, top_k: int,
+           use_top_p: bool) -> DecodeState:
+  """Generates until every row is done or `knobs["max_new"]` tokens were drawn.
+
+  Args:
+    state: from `prefill` (donated by the caller's jit).
+    prompt_len: P, the padded prompt length (static): token i is fed at slot P + i.
+  Returns:
+    The final state; `tokens`/`logprobs` `[R, N]` are valid up to `lengths [R]`.
+  """
+  model = nnx.merge(graphdef, params)
+  max_steps = jnp.minimum(knobs["max_new"], state["tokens"].shape[1])
+
+  def cond(state):
+    return (state["step"] < max_steps) & ~jnp.all(state["done"])
+
+  def body(state):
+    slot = prompt_len + state["step"] - 1  # where the previous token goes
+    kv_mask = jax.lax.dynamic_update_slice(
+        state["kv_mask"], jnp.ones((state["kv_mask"].shape[0], 1), bool), (0, slot))
+    hidden, cache = model.forward_with_cache(
+        state["last_token"][:, None], state["next_position"][:, None], kv_mask,
+        state["cache"], slot)
+    cache = jax.tree.map(lambda c: constrain(c, _CACHE_AXES), cache)
+    logits = model.unembed(hidden[:, 0])
+    state = dict(state, cache=cache, kv_mask=kv_mask, next_position=state["next_position"] + 1)
+    return _choose_and_record(state, logits, knobs, top_k=top_k, use_top_p=use_top_p)
+
+  return jax.lax.while_loop(cond, body, state)

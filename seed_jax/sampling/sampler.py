@@ -1,0 +1,285 @@
+"""The host-side Sampler: buckets, compiled-function caches, stop tables and output assembly.
+
+One Sampler serves acting and analysis from the same parameters; `update_params` swaps in
+each RL iteration's parameters without recompiling (same shapes, dtypes and shardings).
+
+Shapes that reach the compiler are bucketed: the prompt length P (powers of two by
+default), the prompt batch Bp (powers of two), the output buffer N (max_new_tokens rounded
+up to a power of two) and the stop-table rows (multiples of 32); the decode batch is
+`max(2, Bp * num_samples)` (a one-row bf16 matmul is pathologically slow on XLA:CPU). The
+cache length is `min(P + N, max_cache_len)`. Sampling values (temperature, top_p,
+max_new_tokens, eos ids, stop strings' table) are traced, so they never recompile; only
+whether top-k / top-p filtering runs at all, and k, are static.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from seed_jax.models.config import ModelConfig
+from seed_jax.parallel.mesh import batch_sharding, replicated, shard_params
+from seed_jax.sampling import engine, stops
+
+_MAX_EOS_IDS = 8  # eos ids are padded to this many (-1 never matches a token)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  """How to sample. temperature 0 is greedy; top_k 0 and top_p 1.0 disable filtering.
+
+  stop_strings end a row once its generated text contains one (kept in text and tokens);
+  stop_token_ids end it like end-of-sequence ids (which always stop unless ignore_eos).
+  num_samples rows are drawn per prompt, returned consecutively (prompt i's samples are
+  rows i*N .. i*N+N-1).
+  """
+
+  max_new_tokens: int = 128
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0
+  stop_strings: tuple[str, ...] = ()
+  stop_token_ids: tuple[int, ...] = ()
+  ignore_eos: bool = False
+  num_samples: int = 1
+
+  def __post_init__(self):
+    if self.max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+    if self.temperature < 0:
+      raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+    if self.top_k < 0 or self.num_samples < 1:
+      raise ValueError(f"need top_k >= 0 and num_samples >= 1, got {self.top_k}, "
+                       f"{self.num_samples}")
+    if isinstance(self.stop_strings, str):
+      raise TypeError("stop_strings must be a tuple of strings, not one string")
+
+
+@dataclasses.dataclass
+class SampleOutput:
+  """Per generated row (prompt i's samples are rows i*N .. i*N+N-1).
+
+  tokens: generated ids, excluding the prompt, including the eos / stop-string tokens.
+  logprobs: float32 `[len]` each, `log_softmax(raw logits)` of the sampled token at
+    temperature 1 without top-k/top-p: exactly what the training forward computes (the
+    PPO "old" log-probs).
+  texts: decoded tokens cut right after the first stop string (None without a tokenizer).
+  stop_reasons: "eos" | "stop_string" | "max_tokens".
+  """
+
+  tokens: list[list[int]]
+  logprobs: list[np.ndarray]
+  lengths: list[int]
+  stop_reasons: list[str]
+  texts: list[str] | None = None
+  prompt_index: list[int] = dataclasses.field(default_factory=list)
+
+
+def _round_up(value: int, buckets: Sequence[int] | None, what: str) -> int:
+  """The smallest bucket >= value (powers of two when buckets is None)."""
+  if buckets is None:
+    return 1 << max(0, math.ceil(math.log2(max(value, 1))))
+  for bucket in sorted(buckets):
+    if bucket >= value:
+      return bucket
+  raise ValueError(f"{what} {value} exceeds the largest bucket {max(buckets)}")
+
+
+class Sampler:
+  """Jitted KV-cache generation (see the module docstring for shapes and buckets).
+
+  Args:
+    graphdef, params: `nnx.split(model)` of a `Transformer`.
+    cfg: the model's config (eos ids when no tokenizer, vocabulary size).
+    tokenizer: optional; gives texts, eos ids and stop-string tables.
+    mesh: optional; params are placed by their logical axes, batch over (data, fsdp),
+      cache heads over tensor.
+    max_cache_len: most slots a row's cache may hold (prompt bucket + new tokens).
+    prompt_buckets / batch_buckets: sorted sizes; None means powers of two.
+    cache_dtype: KV cache dtype; defaults to the model's compute dtype.
+  """
+
+  def __init__(self, graphdef: nnx.GraphDef, params: nnx.State, cfg: ModelConfig,
+               tokenizer=None, mesh=None, max_cache_len: int = 4096,
+               prompt_buckets: Sequence[int] | None = None,
+               batch_buckets: Sequence[int] | None = None, cache_dtype=None):
+    self.graphdef, self.cfg, self.tokenizer, self.mesh = graphdef, cfg, tokenizer, mesh
+    self.max_cache_len = max_cache_len
+    self.prompt_buckets = tuple(sorted(prompt_buckets)) if prompt_buckets else None
+    self.batch_buckets = tuple(sorted(batch_buckets)) if batch_buckets else None
+    self.cache_dtype = jnp.dtype(cache_dtype) if cache_dtype is not None else None
+    self.params = None
+    self.update_params(params)
+    self.num_traces = 0  # incremented each time prefill/decode is traced (= compiled)
+    self._stop_tables: dict[tuple[str, ...], tuple[jax.Array, int]] = {}
+    self._token_texts: list[str] | None = None
+    self._prefill = jax.jit(self._counted(engine.prefill), static_argnums=(0,),
+                            static_argnames=("cache_len", "max_new_bucket", "num_samples",
+                                             "decode_rows", "cache_dtype", "top_k",
+                                             "use_top_p"))
+    self._decode = jax.jit(self._counted(engine.decode), static_argnums=(0,),
+                           static_argnames=("prompt_len", "top_k", "use_top_p"),
+                           donate_argnums=(2,))
+
+  @classmethod
+  def from_model(cls, model, **kwargs) -> Sampler:
+    graphdef, params = nnx.split(model)
+    return cls(graphdef, params, model.cfg, **kwargs)
+
+  def _counted(self, fn):
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+      self.num_traces += 1
+      return fn(*args, **kwargs)
+    return wrapped
+
+  def update_params(self, params: nnx.State) -> None:
+    """Uses `params` from now on; same shapes/dtypes/shardings means no recompile."""
+    if self.mesh is not None:
+      params = shard_params(params, self.mesh)
+    self.params = params
+
+  # -- host helpers --------------------------------------------------------------------
+
+  def _eos_ids(self, sampling: SamplingParams) -> jax.Array:
+    ids = () if sampling.ignore_eos else tuple(
+        getattr(self.tokenizer, "eos_ids", None) or self.cfg.eos_token_ids)
+    ids = tuple(dict.fromkeys(ids + tuple(sampling.stop_token_ids)))
+    if len(ids) > _MAX_EOS_IDS:
+      raise ValueError(f"at most {_MAX_EOS_IDS} eos/stop token ids, got {len(ids)}")
+    return jnp.asarray(ids + (-1,) * (_MAX_EOS_IDS - len(ids)), jnp.int32)
+
+  def _stop_table(self, stop_strings: tuple[str, ...]) -> tuple[jax.Array, int]:
+    if stop_strings and self.tokenizer is None:
+      raise ValueError("stop_strings need a tokenizer; pass stop_token_ids instead")
+    if stop_strings not in self._stop_tables:
+      if stop_strings:
+        if self._token_texts is None:
+          self._token_texts = stops.token_texts_of(self.tokenizer, self.cfg.vocab_size)
+        table, match = stops.build_stop_table(stop_strings, self._token_texts)
+      else:
+        table, match = stops.no_stop_table(self.cfg.vocab_size)
+      self._stop_tables[stop_strings] = (self._put(table, replicate=True), match)
+    return self._stop_tables[stop_strings]
+
+  def _put(self, array, replicate: bool = False):
+    if self.mesh is None:
+      return jnp.asarray(array)
+    shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    if replicate or np.shape(array)[0] % shards:
+      return jax.device_put(array, replicated(self.mesh))
+    return jax.device_put(array, batch_sharding(self.mesh, np.ndim(array)))
+
+  def _shapes(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> dict[str, int]:
+    longest = max(len(p) for p in prompt_ids)
+    if longest > self.max_cache_len:
+      raise ValueError(f"a prompt of {longest} tokens does not fit the cache "
+                       f"(max_cache_len={self.max_cache_len})")
+    prompt_len = min(_round_up(longest, self.prompt_buckets, "prompt length"),
+                     self.max_cache_len)
+    batch = _round_up(len(prompt_ids), self.batch_buckets, "number of prompts")
+    if self.mesh is not None:  # keep the batch divisible by the batch-sharded axes
+      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+      batch = -(-batch // shards) * shards if batch * sampling.num_samples > 1 else batch
+    max_new_bucket = _round_up(sampling.max_new_tokens, None, "max_new_tokens")
+    cache_len = min(prompt_len + max_new_bucket, self.max_cache_len)
+    # Token i is written at slot P + i when fed back; the last token is never fed.
+    max_new_bucket = min(max_new_bucket, cache_len - prompt_len + 1)
+    return dict(prompt_len=prompt_len, batch=batch, cache_len=cache_len,
+                max_new_bucket=max_new_bucket,
+                decode_rows=max(2, batch * sampling.num_samples))
+
+  # -- generation ----------------------------------------------------------------------
+
+  def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams,
+               seed: int = 0) -> SampleOutput:
+    """Samples `sampling.num_samples` continuations of each prompt (see `SampleOutput`).
+
+    A run is reproducible for a given seed and request (each row's random stream depends
+    on the seed, its row index and the step, not on batch padding).
+    """
+    prompt_ids = [list(map(int, p)) for p in prompt_ids]
+    if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+      raise ValueError("every prompt needs at least one token")
+    shapes = self._shapes(prompt_ids, sampling)
+    p_len, batch = shapes["prompt_len"], shapes["batch"]
+    pad_id = self.cfg.pad_token_id if self.cfg.pad_token_id is not None else 0
+    tokens = np.full((batch, p_len), pad_id, np.int32)
+    mask = np.zeros((batch, p_len), bool)
+    valid = np.zeros((batch,), bool)
+    for i, prompt in enumerate(prompt_ids):
+      prompt = prompt[-p_len:]
+      tokens[i, p_len - len(prompt):] = prompt
+      mask[i, p_len - len(prompt):] = True
+      valid[i] = True
+    mask[len(prompt_ids):, -1] = True  # padding prompts: one token, never attended empty
+
+    stop_table, stop_match = self._stop_table(tuple(sampling.stop_strings))
+    knobs = dict(
+        temperature=jnp.float32(sampling.temperature), top_p=jnp.float32(sampling.top_p),
+        max_new=jnp.int32(min(sampling.max_new_tokens, shapes["max_new_bucket"])),
+        eos_ids=self._eos_ids(sampling), stop_table=stop_table,
+        stop_match=jnp.int32(stop_match))
+    static = dict(top_k=sampling.top_k, use_top_p=sampling.top_p < 1.0)
+    with self._mesh_context():
+      state = self._prefill(
+          self.graphdef, self.params, self._put(tokens), self._put(mask), self._put(valid),
+          jax.random.key(seed), knobs, cache_len=shapes["cache_len"],
+          max_new_bucket=shapes["max_new_bucket"], num_samples=sampling.num_samples,
+          decode_rows=shapes["decode_rows"], cache_dtype=self.cache_dtype, **static)
+      state = self._decode(self.graphdef, self.params, state, knobs, prompt_len=p_len,
+                           **static)
+      fetched = jax.device_get({k: state[k] for k in
+                                ("tokens", "logprobs", "lengths", "stop_reason")})
+    return self._assemble(fetched, len(prompt_ids) * sampling.num_samples, sampling)
+
+  def _mesh_context(self):
+    if self.mesh is None:
+      return contextlib.nullcontext()
+    return jax.set_mesh(self.mesh)
+
+  def _assemble(self, fetched: dict[str, np.ndarray], rows: int,
+                sampling: SamplingParams) -> SampleOutput:
+    out = SampleOutput(tokens=[], logprobs=[], lengths=[], stop_reasons=[],
+                       texts=[] if self.tokenizer is not None else None,
+                       prompt_index=[r // sampling.num_samples for r in range(rows)])
+    for r in range(rows):
+      length = int(fetched["lengths"][r])
+      row_tokens = fetched["tokens"][r, :length].tolist()
+      reason = engine.REASON_NAMES[int(fetched["stop_reason"][r])]
+      if self.tokenizer is not None:
+        row_tokens, text, found = stops.truncate_at_stop(
+            row_tokens, self._decode_text, sampling.stop_strings)
+        if found:
+          reason = "stop_string"
+        out.texts.append(text)
+      out.tokens.append(row_tokens)
+      out.logprobs.append(np.asarray(fetched["logprobs"][r, :len(row_tokens)], np.float32))
+      out.lengths.append(len(row_tokens))
+      out.stop_reasons.append(reason)
+    return out
+
+  def _decode_text(self, ids: list[int]) -> str:
+    return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+  def generate_text(self, prompts: Sequence[str | Sequence[dict[str, str]]],
+                    sampling: SamplingParams, seed: int = 0) -> SampleOutput:
+    """Text in, text out (needs a tokenizer): a prompt is a string, used as is, or a list
+    of chat messages `{"role", "content"}`, rendered with the chat template and the
+    generation prompt. This is what `python -m seed_jax.generate` calls."""
+    if self.tokenizer is None:
+      raise ValueError("generate_text needs a tokenizer")
+    texts = [p if isinstance(p, str) else
+             self.tokenizer.apply_chat_template(list(p), add_generation_prompt=True)
+             for p in prompts]
+    return self.generate([self.tokenizer.encode(t) for t in texts], sampling, seed)

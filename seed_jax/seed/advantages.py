@@ -1,0 +1,101 @@
+"""Outcome scores and group-relative advantages (host side, numpy).
+
+Two ways to score and normalise, both from the paper's description:
+
+* "step" (default, matches the public SEED code): one sample per environment step; its
+  score is the episode reward minus the invalid-action penalty if *that* step was invalid
+  ("step-local"); mean and unbiased std are taken over all step-samples of the group (the
+  N trajectories of one task), so longer trajectories weigh more.
+* "trajectory": one score per trajectory, the episode reward minus the penalty times its
+  number of invalid steps; mean and unbiased std over the N trajectories; every step of the
+  trajectory gets its trajectory's advantage.
+
+`A = (score - mean) / (std + eps)`, or `score - mean` without std normalisation (WebShop).
+A group holding a single sample gets mean 0 and std 1, as in verl.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+import numpy as np
+
+
+def step_scores(
+    episode_rewards: Sequence[float],
+    step_valid: Sequence[Sequence[bool]],
+    invalid_penalty: float,
+) -> list[np.ndarray]:
+  """Per-step scores with the step-local invalid-action penalty.
+
+  Args:
+    episode_rewards: `[N]` one reward per trajectory.
+    step_valid: per trajectory, `[T_n]` whether each step's action was valid.
+  Returns:
+    per trajectory, float64 `[T_n]`: reward - penalty * (step invalid).
+  """
+  return [
+      float(reward) - invalid_penalty * (1.0 - np.asarray(valid, dtype=np.float64))
+      for reward, valid in zip(episode_rewards, step_valid)
+  ]
+
+
+def group_normalize(
+    scores: np.ndarray, group_ids: Sequence[Hashable], *, norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> np.ndarray:
+  """`(score - mean_g) / (std_g + eps)` within each group g (unbiased std).
+
+  Args:
+    scores: float `[S]`, one per sample.
+    group_ids: `[S]` the group of each sample.
+  Returns:
+    float32 `[S]`.
+  """
+  scores = np.asarray(scores, dtype=np.float64)
+  _, inverse = np.unique(np.asarray([str(g) for g in group_ids]), return_inverse=True)
+  out = np.empty_like(scores)
+  for group in np.unique(inverse):
+    members = inverse == group
+    values = scores[members]
+    if values.size == 1:
+      mean, std = 0.0, 1.0
+    else:
+      mean, std = values.mean(), values.std(ddof=1)
+    centred = values - mean
+    out[members] = centred / (std + eps) if norm_by_std else centred
+  return out.astype(np.float32)
+
+
+def step_advantages(
+    episode_rewards: Sequence[float],
+    step_valid: Sequence[Sequence[bool]],
+    group_ids: Sequence[Hashable],
+    *,
+    invalid_penalty: float = 0.1,
+    mode: str = "step",
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> list[np.ndarray]:
+  """Advantage of every step of every trajectory.
+
+  Args:
+    episode_rewards: `[N]` per trajectory (e.g. 10 x won).
+    step_valid: per trajectory `[T_n]` action validity.
+    group_ids: `[N]` the GRPO group (task) of each trajectory.
+    mode: "step" (public code) or "trajectory" (see the module docstring).
+  Returns:
+    per trajectory, float32 `[T_n]`.
+  """
+  if mode not in ("step", "trajectory"):
+    raise ValueError(f"advantage mode must be 'step' or 'trajectory', got {mode!r}")
+  lengths = [len(v) for v in step_valid]
+  if mode == "step":
+    scores = np.concatenate(step_scores(episode_rewards, step_valid, invalid_penalty) or [[]])
+    sample_groups = [g for g, n in zip(group_ids, lengths) for _ in range(n)]
+    flat = group_normalize(scores, sample_groups, norm_by_std=norm_by_std, eps=eps)
+    return np.split(flat, np.cumsum(lengths)[:-1]) if lengths else []
+  invalid_counts = [len(v) - int(np.sum(np.asarray(v, dtype=bool))) for v in step_valid]
+  scores = np.asarray(episode_rewards, np.float64) - invalid_penalty * np.asarray(invalid_counts)
+  per_traj = group_normalize(scores, group_ids, norm_by_std=norm_by_std, eps=eps)
+  return [np.full(n, a, dtype=np.float32) for a, n in zip(per_traj, lengths)]

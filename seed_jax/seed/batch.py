@@ -1,0 +1,176 @@
+"""Finished trajectories -> padded student and teacher rows for the train step (host side).
+
+One row per environment step (as the public SEED code trains). Every row is laid out as
+`prompt left-padded to P ++ response right-padded to R`, so response token `r` sits at
+position `P + r` in both the student and the teacher row: the teacher's longer,
+skill-augmented prompt is left-padded to the same P, and student and teacher log-probs
+align by construction. Masks are explicit arrays, never inferred from token ids (the pad
+id may equal eos).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from seed_jax.seed import advantages as adv_lib
+
+
+@dataclasses.dataclass
+class StepRecord:
+  """One turn of an episode, already tokenized by the caller.
+
+  Attributes:
+    prompt_ids: token ids of the acting prompt h_t after the chat template.
+    response_ids: the sampled response token ids (the action tokens).
+    sampler_logprobs: `[len(response_ids)]` the sampler's log-probs of those tokens.
+    action_valid: whether the parsed action was valid (else the step pays the penalty).
+    teacher_prompt_ids: ids of H(h_t, skill) after the chat template, or None when the
+      trajectory has no valid skill (the row then takes no part in OPD).
+    observation, response_text: text for the analyzer prompt.
+    prompt_text: the user message h_t before the chat template (H inserts the skill in it).
+  """
+  prompt_ids: Sequence[int]
+  response_ids: Sequence[int]
+  sampler_logprobs: Sequence[float]
+  action_valid: bool = True
+  teacher_prompt_ids: Sequence[int] | None = None
+  observation: str = ""
+  response_text: str = ""
+  prompt_text: str = ""
+
+
+@dataclasses.dataclass
+class Trajectory:
+  """One finished episode.
+
+  Attributes:
+    task_id: the task (game) id. group_id: the GRPO group, usually the task id.
+    traj_id: unique per trajectory. won: success. episode_reward: e.g. 10 x won.
+    task: the task text (for the analyzer). skill: the analyzer's skill, if valid.
+    info: privileged env information for the oracle analyzer (expert plan, goal, ...).
+  """
+  task_id: str
+  group_id: str
+  traj_id: str
+  won: bool
+  episode_reward: float
+  steps: list[StepRecord]
+  task: str = ""
+  skill: str | None = None
+  info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchConfig:
+  """How rows are padded and scored.
+
+  Attributes:
+    response_len: R, responses are right-padded (and truncated) to it (paper 512).
+    prompt_bucket: P is the longest prompt (student or teacher) rounded up to a multiple
+      of this, so only a few shapes compile.
+    max_prompt_len: longer prompts keep their last tokens (counted in the stats).
+    rows_multiple: the row count is padded to a multiple of it (mesh batch size times
+      micro-batches) with rows whose masks are all zero.
+    pad_id: id written at padded positions (never used to infer masks).
+    invalid_penalty: subtracted from an invalid step's score (paper 0.1, search 0.01).
+    advantage_mode: "step" (public code) or "trajectory"; see advantages.py.
+    norm_by_std: divide by the group std (False for WebShop, as in the public code).
+    eps: added to the std (1e-6).
+  """
+  response_len: int = 512
+  prompt_bucket: int = 128
+  max_prompt_len: int = 2048
+  rows_multiple: int = 1
+  pad_id: int = 0
+  invalid_penalty: float = 0.1
+  advantage_mode: str = "step"
+  norm_by_std: bool = True
+  eps: float = 1e-6
+
+
+def _round_up(value: int, multiple: int) -> int:
+  return -(-max(value, 1) // multiple) * multiple
+
+
+def build_batch(
+    trajectories: Sequence[Trajectory], cfg: BatchConfig, *, with_teacher: bool = True,
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+  """Pads every step of every trajectory into rows.
+
+  Args:
+    trajectories: finished episodes; all groups of the iteration together (advantages are
+      normalised per group).
+    with_teacher: also build teacher rows (False for plain GRPO).
+  Returns:
+    (batch, stats). batch holds, with B rows and T = P + R:
+      student_tokens int32 `[B, T]`, student_mask bool `[B, T]`,
+      response_mask float32 `[B, R]`, old_logprobs float32 `[B, R]`,
+      advantages float32 `[B]`, opd_mask float32 `[B]` (1 where the row has a skill),
+      and with_teacher: teacher_tokens int32 `[B, T]`, teacher_mask bool `[B, T]`.
+    stats: row, padding, truncation and OPD counts.
+  """
+  step_adv = adv_lib.step_advantages(
+      [t.episode_reward for t in trajectories],
+      [[s.action_valid for s in t.steps] for t in trajectories],
+      [t.group_id for t in trajectories],
+      invalid_penalty=cfg.invalid_penalty, mode=cfg.advantage_mode,
+      norm_by_std=cfg.norm_by_std, eps=cfg.eps)
+  steps = [(s, a) for t, adv in zip(trajectories, step_adv) for s, a in zip(t.steps, adv)]
+  num_rows = _round_up(len(steps), cfg.rows_multiple)
+  longest = max([len(s.prompt_ids) for s, _ in steps] +
+                [len(s.teacher_prompt_ids) for s, _ in steps
+                 if with_teacher and s.teacher_prompt_ids is not None] + [1])
+  prompt_len = min(_round_up(longest, cfg.prompt_bucket), cfg.max_prompt_len)
+  resp_len = cfg.response_len
+  total = prompt_len + resp_len
+
+  def rows(fill):
+    return np.full((num_rows, total), fill, np.int32)
+
+  out = {
+      "student_tokens": rows(cfg.pad_id), "student_mask": np.zeros((num_rows, total), bool),
+      "response_mask": np.zeros((num_rows, resp_len), np.float32),
+      "old_logprobs": np.zeros((num_rows, resp_len), np.float32),
+      "advantages": np.zeros((num_rows,), np.float32),
+      "opd_mask": np.zeros((num_rows,), np.float32),
+  }
+  if with_teacher:
+    out["teacher_tokens"] = rows(cfg.pad_id)
+    out["teacher_mask"] = np.zeros((num_rows, total), bool)
+  stats = {"rows": len(steps), "padding_rows": num_rows - len(steps), "prompt_len": prompt_len,
+           "truncated_prompts": 0, "truncated_responses": 0, "opd_rows": 0}
+
+  def place(tokens, mask, row, prompt, response):
+    prompt = list(prompt)
+    if len(prompt) > prompt_len:
+      stats["truncated_prompts"] += 1
+      prompt = prompt[-prompt_len:]
+    tokens[row, prompt_len - len(prompt):prompt_len] = prompt
+    tokens[row, prompt_len:prompt_len + len(response)] = response
+    mask[row, prompt_len - len(prompt):prompt_len + len(response)] = True
+
+  for row, (step, advantage) in enumerate(steps):
+    if len(step.response_ids) != len(step.sampler_logprobs):
+      raise ValueError(f"row {row}: {len(step.response_ids)} response ids but "
+                       f"{len(step.sampler_logprobs)} sampler log-probs")
+    response = list(step.response_ids)[:resp_len]
+    stats["truncated_responses"] += len(step.response_ids) > resp_len
+    place(out["student_tokens"], out["student_mask"], row, step.prompt_ids, response)
+    out["response_mask"][row, :len(response)] = 1.0
+    out["old_logprobs"][row, :len(response)] = list(step.sampler_logprobs)[:resp_len]
+    out["advantages"][row] = advantage
+    if with_teacher:
+      # Without a skill the teacher row repeats the student row; opd_mask keeps it out.
+      has_skill = step.teacher_prompt_ids is not None
+      teacher_prompt = step.teacher_prompt_ids if has_skill else step.prompt_ids
+      place(out["teacher_tokens"], out["teacher_mask"], row, teacher_prompt, response)
+      out["opd_mask"][row] = float(has_skill)
+      stats["opd_rows"] += int(has_skill)
+  # Padding rows see one pad token so no attention row is empty; all their loss masks are 0.
+  out["student_mask"][len(steps):, -1] = True
+  if with_teacher:
+    out["teacher_mask"][len(steps):, -1] = True
+  return out, stats

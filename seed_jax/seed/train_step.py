@@ -1,0 +1,262 @@
+"""The SEED train step: `(train_state, batch) -> (train_state, metrics)`, jitted and sharded.
+
+Teacher log-probs (`teacher_mode`):
+* "joint": student and teacher rows are concatenated along the batch axis and go through
+  the model in one forward pass; the teacher half is under stop_gradient.
+* "separate": a no-grad teacher pass with the current parameters, before the student's
+  value-and-grad (no teacher activations are kept for the backward pass).
+* "precomputed": `batch["teacher_logprobs"]`, scored once per iteration with theta_old by
+  `make_score_fn` (the public SEED code's behaviour).
+The reference model is never held by the step: when `kl_coef > 0` the batch carries
+`ref_logprobs`, scored once per iteration by `make_score_fn` with the reference parameters
+(as verl does), so the reference forward runs only when the KL weight is non-zero.
+
+Batch (from batch.py; B rows, T = P + R): student_tokens / student_mask `[B, T]`,
+response_mask / old_logprobs `[B, R]`, advantages / opd_mask `[B]`, and as needed
+teacher_tokens / teacher_mask `[B, T]`, teacher_logprobs `[B, R]`, ref_logprobs `[B, R]`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from seed_jax.seed import losses
+from seed_jax.seed import optim
+from seed_jax.seed.logprobs import response_logprobs
+
+Batch = dict[str, jax.Array]
+TEACHER_MODES = ("joint", "separate", "precomputed")
+BATCH_AXES = ("data", "fsdp")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainStepConfig:
+  """How one update is computed.
+
+  Attributes:
+    teacher_mode: "joint" | "separate" | "precomputed" (module docstring). The public code
+      scores the teacher with theta_old ("precomputed"); the paper writes theta. Default
+      "separate", the paper's reading: measured at the SmolLM2-135M shape (bench/
+      train_step.py, CPU) it was a little faster than "joint" and needed half the step's
+      temporary memory, since "joint" keeps teacher activations for a zero backward.
+    micro_batches: k, the batch is split into k micro-batches whose gradients are summed
+      (token means stay exact: every part is divided by the whole batch's token count).
+    logprob_chunk: response positions unembedded at a time (memory vs. launch overhead).
+    loss: the loss weights.
+  """
+  teacher_mode: str = "separate"
+  micro_batches: int = 1
+  logprob_chunk: int = 128
+  loss: losses.LossConfig = losses.LossConfig()
+
+  def __post_init__(self):
+    if self.teacher_mode not in TEACHER_MODES:
+      raise ValueError(f"teacher_mode must be one of {TEACHER_MODES}, got {self.teacher_mode!r}")
+    if self.micro_batches < 1:
+      raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything an update changes. `skipped` counts updates dropped for a non-finite loss."""
+  params: Any
+  opt_state: Any
+  step: jax.Array
+  skipped: jax.Array
+
+
+def init_train_state(params, optim_cfg: optim.OptimConfig,
+                     shardings: TrainState | None = None) -> TrainState:
+  """A fresh state; with `shardings` (train_state_shardings) it is created in place."""
+  optimizer = optim.make_optimizer(optim_cfg)
+
+  def make(p):
+    return TrainState(params=p, opt_state=optimizer.init(p), step=jnp.zeros((), jnp.int32),
+                      skipped=jnp.zeros((), jnp.int32))
+
+  return jax.jit(make, out_shardings=shardings)(params)
+
+
+def train_state_shardings(params, mesh: Mesh, optim_cfg: optim.OptimConfig) -> TrainState:
+  """Shardings of the state for params already placed on `mesh` (shard_params): each
+  optimizer moment like its parameter, counters and scalars replicated."""
+  param_shardings = jax.tree.map(lambda x: x.sharding, params)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  optimizer = optim.make_optimizer(optim_cfg)
+  opt_shardings = optax.tree_map_params(
+      optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params), param_shardings,
+      transform_non_params=lambda _: replicated)
+  return TrainState(params=param_shardings, opt_state=opt_shardings, step=replicated,
+                    skipped=replicated)
+
+
+def _score(graphdef, params, tokens, mask, response_len, chunk):
+  model = nnx.merge(graphdef, params)
+  return response_logprobs(model, tokens, mask, response_len, chunk)
+
+
+def make_score_fn(graphdef, chunk: int = 128, mesh: Mesh | None = None) -> Callable:
+  """Jitted `(params, tokens [B, T], mask [B, T], response_len) -> logprobs [B, R]`.
+
+  For the once-per-iteration teacher ("precomputed") and reference log-probs.
+  """
+  jitted = jax.jit(lambda p, t, m, r: _score(graphdef, p, t, m, r, chunk)[0],
+                   static_argnums=3)
+  return _with_mesh(jitted, mesh)
+
+
+def _with_mesh(fn, mesh):
+  """Runs `fn` with `mesh` as the ambient mesh (the model's activation constraints use it)."""
+  def wrapped(*args):
+    with (jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()):
+      return fn(*args)
+  return wrapped
+
+
+def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig, mesh: Mesh | None = None
+                          ) -> Callable:
+  """`(params, batch) -> (loss, grads, sums)`: the accumulated loss of the whole batch,
+  its float32 gradients and the metric sums (not jitted; the train step jits it)."""
+  loss_cfg = cfg.loss
+  chunk = cfg.logprob_chunk
+
+  def micro_batch_loss(params, mb, teacher_lp, tokens, opd_tokens):
+    resp_len = mb["response_mask"].shape[1]
+    rows = mb["student_tokens"].shape[0]
+    if teacher_lp is None and "teacher_tokens" in mb:  # joint
+      lp, entropy = _score(
+          graphdef, params, jnp.concatenate([mb["student_tokens"], mb["teacher_tokens"]]),
+          jnp.concatenate([mb["student_mask"], mb["teacher_mask"]]), resp_len, chunk)
+      lp, entropy, teacher_lp = lp[:rows], entropy[:rows], jax.lax.stop_gradient(lp[rows:])
+    else:
+      lp, entropy = _score(graphdef, params, mb["student_tokens"], mb["student_mask"],
+                           resp_len, chunk)
+    sums = losses.seed_loss_sums(lp, entropy, mb, teacher_lp, mb.get("ref_logprobs"), loss_cfg)
+    return losses.total_loss(sums, tokens, opd_tokens, loss_cfg), sums
+
+  grad_fn = jax.value_and_grad(micro_batch_loss, has_aux=True)
+
+  def micro_step(params, mb, tokens, opd_tokens):
+    teacher_lp = None
+    if loss_cfg.lambda_opd:
+      if cfg.teacher_mode == "precomputed":
+        teacher_lp = mb["teacher_logprobs"]
+      elif cfg.teacher_mode == "separate":
+        teacher_lp = jax.lax.stop_gradient(_score(
+            graphdef, params, mb["teacher_tokens"], mb["teacher_mask"],
+            mb["response_mask"].shape[1], chunk)[0])
+    if not (loss_cfg.lambda_opd and cfg.teacher_mode == "joint"):
+      mb = {k: v for k, v in mb.items() if k not in ("teacher_tokens", "teacher_mask")}
+    (loss, sums), grads = grad_fn(params, mb, teacher_lp, tokens, opd_tokens)
+    return loss, jax.tree.map(lambda g: g.astype(jnp.float32), grads), sums
+
+  def loss_and_grad(params, batch: Batch):
+    if loss_cfg.kl_coef and "ref_logprobs" not in batch:
+      raise ValueError("kl_coef > 0 needs batch['ref_logprobs'] (make_score_fn with the "
+                       "reference params); set kl_coef=0 to train without a reference")
+    if not loss_cfg.kl_coef:
+      batch = {k: v for k, v in batch.items() if k != "ref_logprobs"}
+    needed = "teacher_logprobs" if cfg.teacher_mode == "precomputed" else "teacher_tokens"
+    if loss_cfg.lambda_opd and needed not in batch:
+      raise ValueError(f"lambda_opd > 0 with teacher_mode={cfg.teacher_mode!r} needs "
+                       f"batch[{needed!r}]; set lambda_opd=0 for plain GRPO")
+    mask = batch["response_mask"].astype(jnp.float32)
+    tokens = jnp.sum(mask)
+    opd_tokens = jnp.sum(mask * batch["opd_mask"][:, None])
+    k = cfg.micro_batches
+    if k == 1:
+      return micro_step(params, batch, tokens, opd_tokens)
+    micro = jax.tree.map(lambda x: _split_micro(x, k, mesh), batch)
+    first = jax.tree.map(lambda x: x[0], micro)
+    _, grads_shape, sums_shape = jax.eval_shape(micro_step, params, first, tokens, opd_tokens)
+
+    def body(carry, mb):
+      loss, grads, sums = carry
+      mb_loss, mb_grads, mb_sums = micro_step(params, mb, tokens, opd_tokens)
+      return (loss + mb_loss, jax.tree.map(jnp.add, grads, mb_grads),
+              losses.combine_sums(sums, mb_sums)), None
+
+    init = (jnp.zeros((), jnp.float32),
+            jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), grads_shape),
+            {key: jnp.full(s.shape, _identity(key), s.dtype) for key, s in sums_shape.items()})
+    (loss, grads, sums), _ = jax.lax.scan(body, init, micro)
+    return loss, grads, sums
+
+  return loss_and_grad
+
+
+def _identity(key: str) -> float:
+  if key.endswith("_max"):
+    return -jnp.inf
+  if key.endswith("_min"):
+    return jnp.inf
+  return 0.0
+
+
+def _split_micro(x: jax.Array, k: int, mesh: Mesh | None) -> jax.Array:
+  """`[B, ...] -> [k, B/k, ...]`, micro-batch j = rows j, j+k, ...: strided, so every
+  device keeps an equal share of each micro-batch under batch sharding."""
+  if x.shape[0] % k:
+    raise ValueError(f"batch of {x.shape[0]} rows does not split into {k} micro-batches")
+  split = x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1)
+  if mesh is not None:
+    split = jax.lax.with_sharding_constraint(
+        split, NamedSharding(mesh, PartitionSpec(None, BATCH_AXES)))
+  return split
+
+
+def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig,
+                    mesh: Mesh | None = None, state_shardings: TrainState | None = None
+                    ) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
+  """The jitted update with donated state.
+
+  Args:
+    graphdef: from `nnx.split(model, nnx.Param)`.
+    mesh, state_shardings: with a mesh, explicit shardings (`train_state_shardings`);
+      batch rows over ("data", "fsdp"), metrics replicated. Without, plain jit.
+  Returns:
+    `step(state, batch) -> (state, metrics)`; metrics are float32 scalars plus
+    `gate_hist [gate_bins]` when OPD is on.
+  """
+  optimizer = optim.make_optimizer(optim_cfg)
+  schedule = optim.make_schedule(optim_cfg)
+  loss_and_grad = make_loss_and_grad_fn(graphdef, cfg, mesh)
+
+  def step(state: TrainState, batch: Batch):
+    loss, grads, sums = loss_and_grad(state.params, batch)
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    # A non-finite loss or gradient leaves params and moments untouched and is counted.
+    keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+    new_state = TrainState(params=keep(params, state.params),
+                           opt_state=keep(opt_state, state.opt_state),
+                           step=state.step + finite.astype(jnp.int32),
+                           skipped=state.skipped + (~finite).astype(jnp.int32))
+    metrics = losses.finalize_metrics(sums, cfg.loss)
+    metrics.update(loss=loss, grad_norm=grad_norm, learning_rate=schedule(state.step),
+                   update_skipped=(~finite).astype(jnp.float32),
+                   skipped_total=new_state.skipped.astype(jnp.float32))
+    return new_state, metrics
+
+  if mesh is None:
+    return jax.jit(step, donate_argnums=0)
+  if state_shardings is None:
+    raise ValueError("make_train_step with a mesh needs state_shardings "
+                     "(train_state_shardings(params, mesh, optim_cfg))")
+  replicated = NamedSharding(mesh, PartitionSpec())
+  rows = NamedSharding(mesh, PartitionSpec(BATCH_AXES))  # a prefix: every batch array
+  jitted = jax.jit(step, in_shardings=(state_shardings, rows),
+                   out_shardings=(state_shardings, replicated), donate_argnums=0)
+  return _with_mesh(jitted, mesh)

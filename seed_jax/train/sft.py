@@ -1,0 +1,124 @@
+"""Supervised fine-tuning with NLL on target tokens only: stage-1 skill SFT and the
+behaviour-cloning warm start share it.
+
+Rows use the train step's layout: prompt left-padded to P, target right-padded to R, so
+the loss is the negative log-likelihood of the last R positions under an explicit mask.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from seed_jax.seed import optim
+from seed_jax.seed.logprobs import response_logprobs
+from seed_jax.seed.train_step import BATCH_AXES, TrainState
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTExample:
+  """A prompt (after the chat template) and the target the model must produce."""
+
+  prompt_ids: Sequence[int]
+  target_ids: Sequence[int]
+
+
+def pack_examples(examples: Sequence[SFTExample], *, pad_id: int, max_len: int,
+                  bucket: int = 64, rows_multiple: int = 1) -> dict[str, np.ndarray]:
+  """Pads examples into `tokens`/`mask` `[B, P + R]` and `target_mask` `[B, R]`.
+
+  P and R are the longest prompt and target rounded up to `bucket`; a prompt that does not
+  fit `max_len - R` keeps its last tokens. Padding rows (to `rows_multiple`) have zero
+  target masks.
+  """
+  round_up = lambda n, m: -(-max(n, 1) // m) * m
+  resp_len = min(round_up(max(len(e.target_ids) for e in examples), bucket), max_len // 2)
+  prompt_len = min(round_up(max(len(e.prompt_ids) for e in examples), bucket),
+                   max_len - resp_len)
+  rows = round_up(len(examples), rows_multiple)
+  tokens = np.full((rows, prompt_len + resp_len), pad_id, np.int32)
+  mask = np.zeros(tokens.shape, bool)
+  target_mask = np.zeros((rows, resp_len), np.float32)
+  for i, example in enumerate(examples):
+    prompt = list(example.prompt_ids)[-prompt_len:]
+    target = list(example.target_ids)[:resp_len]
+    tokens[i, prompt_len - len(prompt):prompt_len] = prompt
+    tokens[i, prompt_len:prompt_len + len(target)] = target
+    mask[i, prompt_len - len(prompt):prompt_len + len(target)] = True
+    target_mask[i, :len(target)] = 1.0
+  mask[len(examples):, -1] = True  # padding rows attend to one token; no loss
+  return {"tokens": tokens, "mask": mask, "target_mask": target_mask}
+
+
+def _nll_sums(graphdef, params, batch, chunk):
+  model = nnx.merge(graphdef, params)
+  resp_len = batch["target_mask"].shape[1]
+  logprobs, _ = response_logprobs(model, batch["tokens"], batch["mask"], resp_len, chunk)
+  mask = batch["target_mask"]
+  return -(logprobs * mask).sum(), mask.sum()
+
+
+def make_nll_step(graphdef, optim_cfg: optim.OptimConfig, mesh: Mesh | None = None,
+                  state_shardings: TrainState | None = None, chunk: int = 128
+                  ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+  """Jitted `(state, batch) -> (state, {"nll", "target_tokens", "grad_norm"})`, donating
+  the state; the loss is the token mean of the NLL over the batch's target tokens."""
+  optimizer = optim.make_optimizer(optim_cfg)
+
+  def step(state: TrainState, batch):
+    def loss_fn(params):
+      total, count = _nll_sums(graphdef, params, batch, chunk)
+      return total / jnp.maximum(count, 1.0), count
+    (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = jax.tree.map(lambda p, u: jnp.where(finite, p + u, p), state.params, updates)
+    opt_state = jax.tree.map(lambda n, o: jnp.where(finite, n, o), opt_state, state.opt_state)
+    new_state = TrainState(params=params, opt_state=opt_state,
+                           step=state.step + finite.astype(jnp.int32),
+                           skipped=state.skipped + (~finite).astype(jnp.int32))
+    return new_state, {"nll": loss, "target_tokens": count, "grad_norm": grad_norm}
+
+  if mesh is None:
+    return jax.jit(step, donate_argnums=0)
+  rows = NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+  replicated = NamedSharding(mesh, PartitionSpec())
+  jitted = jax.jit(step, in_shardings=(state_shardings, rows),
+                   out_shardings=(state_shardings, replicated), donate_argnums=0)
+
+  def with_mesh(state, batch):
+    with jax.set_mesh(mesh):
+      return jitted(state, batch)
+  return with_mesh
+
+
+def make_nll_eval(graphdef, mesh: Mesh | None = None, chunk: int = 128
+                  ) -> Callable[[object, dict], tuple[float, float]]:
+  """Jitted `(params, batch) -> (nll sum, target token count)` for held-out data."""
+  jitted = jax.jit(lambda params, batch: _nll_sums(graphdef, params, batch, chunk))
+
+  def evaluate(params, batch):
+    if mesh is None:
+      return jitted(params, batch)
+    with jax.set_mesh(mesh):
+      return jitted(params, batch)
+  return evaluate
+
+
+def iterate_batches(examples: Sequence[SFTExample], batch_size: int, epochs: int, seed: int
+                    ) -> list[list[SFTExample]]:
+  """Shuffled mini-batches, epoch after epoch, reproducible from `seed`."""
+  batches = []
+  for epoch in range(epochs):
+    order = np.random.default_rng([seed, epoch]).permutation(len(examples))
+    for start in range(0, len(order), batch_size):
+      batches.append([examples[i] for i in order[start:start + batch_size]])
+  return batches

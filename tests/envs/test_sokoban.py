@@ -1,0 +1,168 @@
+"""Sokoban: generation, rules, rendering, the expert, prompts and parsing."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from seed_jax.envs import base, registry
+from seed_jax.envs.sokoban import env as sokoban_env
+from seed_jax.envs.sokoban import generator
+from seed_jax.envs.sokoban.generator import Board
+
+sokoban = registry.get_env_module("sokoban")
+
+
+def _board(*rows: str) -> Board:
+  """A board from reference symbols (P player, X box, O target, √ box on target...)."""
+  walls, targets, boxes, player = [], set(), set(), None
+  for r, row in enumerate(rows):
+    walls.append("".join("#" if ch == "#" else " " for ch in row))
+    for c, ch in enumerate(row):
+      if ch in "O√S":
+        targets.add((r, c))
+      if ch in "X√":
+        boxes.add((r, c))
+      if ch in "PS":
+        player = (r, c)
+  return Board(tuple(walls), frozenset(targets), frozenset(boxes), player)
+
+
+def test_generation_is_deterministic_and_solvable_within_the_limit():
+  for seed in range(30):
+    board, solution = generator.generate(seed, num_boxes=1, max_solution_steps=12)
+    again, _ = generator.generate(seed, num_boxes=1, max_solution_steps=12)
+    assert board == again
+    assert not board.solved
+    assert 2 <= len(solution) <= 12
+    for action in solution:
+      board = board.push(action)
+    assert board.solved
+
+
+def test_generation_honours_size_and_box_count():
+  board, solution = generator.generate(7, height=8, width=7, num_boxes=2, max_solution_steps=40)
+  assert board.shape == (8, 7)
+  assert len(board.boxes) == len(board.targets) == 2
+  assert all(board.is_wall((r, c)) for r in range(8) for c in (0, 6))
+  assert solution == generator.solve(board)
+
+
+def test_push_rules():
+  board = _board("#####",
+                 "#PXO#",
+                 "#####")
+  pushed = board.push("right")
+  assert pushed.player == (1, 2) and pushed.boxes == {(1, 3)} and pushed.solved
+  assert pushed.push("right") == pushed  # box against the wall: nothing moves
+  assert board.push("up") == board  # into a wall
+  two_boxes = _board("######",
+                     "#PXXO#",
+                     "######")
+  assert two_boxes.push("right") == two_boxes  # two boxes cannot be pushed at once
+
+
+def test_solver_reports_dead_locks():
+  cornered = _board("#####",
+                    "#X_O#",
+                    "#_P_#",
+                    "#####")
+  assert generator.solve(cornered) is None
+
+
+def test_text_observation_uses_reference_symbols():
+  board = _board("######",
+                 "#S_X_#",
+                 "#√_O_#",
+                 "######")
+  assert sokoban_env.render_text(board) == "######\n#S_X_#\n#√_O_#\n######"
+
+
+def test_rgb_rendering_shape_and_distinct_cells():
+  board, _ = generator.generate(0)
+  image = sokoban_env.render_rgb(board, tile=8)
+  assert image.shape == (6 * 8, 6 * 8, 3) and image.dtype == np.uint8
+  row, col = board.player
+  box_row, box_col = next(iter(board.boxes))
+  player_pixel = image[row * 8 + 4, col * 8 + 4]
+  assert not np.array_equal(player_pixel, image[box_row * 8 + 4, box_col * 8 + 4])
+
+
+def test_tasks_are_stable_and_splits_disjoint():
+  config = sokoban.default_config()
+  config.num_tasks = {"train": 5, "valid_seen": 5, "valid_unseen": 5}
+  seeds = {split: [t.payload["seed"] for t in sokoban.load_tasks(config, split)]
+           for split in base.SPLITS}
+  assert seeds["train"] == [t.payload["seed"] for t in sokoban.load_tasks(config, "train")]
+  assert not set(seeds["train"]) & set(seeds["valid_seen"])
+  assert not set(seeds["valid_seen"]) & set(seeds["valid_unseen"])
+
+
+def test_episode_infos_and_rewards():
+  config = sokoban.default_config()
+  env = sokoban.make_env(config, with_expert=True)
+  pickle.dumps(env)  # pool workers may receive envs by pickling
+  task = sokoban.load_tasks(config, "train")[0]
+  _, info = env.reset(task, seed=0)
+  base.check_info(info, "reset")
+  assert info["instruction"] and info["admissible_actions"] == ["up", "down", "left", "right"]
+  result = env.step("jump")
+  assert not result.info["action_valid"] and result.reward == pytest.approx(-0.1)
+  total, steps = 0.0, 0
+  while not result.done:
+    result = env.step(result.info["expert_action"])
+    base.check_info(result.info, "step")
+    total += result.reward
+    steps += 1
+  assert result.info["won"]
+  # -0.1 a step, +1 for the box landing on its target, +10 for finishing.
+  assert total == pytest.approx(-0.1 * steps + 1.0 + 10.0)
+
+
+def test_expert_solves_every_sampled_task():
+  config = sokoban.default_config()
+  env = sokoban.make_env(config, with_expert=True)
+  tasks = sokoban.load_tasks(config, "valid_unseen")[:50]
+  won = 0
+  for task in tasks:
+    _, info = env.reset(task, seed=0)
+    done = False
+    while not done:
+      result = env.step(info["expert_action"])
+      info, done = result.info, result.done
+    won += info["won"]
+  assert won == len(tasks)
+
+
+def test_prompt_shows_rules_history_and_actions():
+  agent_format = sokoban.make_agent_format(sokoban.default_config())
+  history = [base.Turn("#P#", "up"), base.Turn("#_P#", "left"), base.Turn("#S#", "down")]
+  prompt = agent_format.render("push boxes", history, "######", ["up", "down", "left", "right"], 4)
+  assert "√: box on a target" in prompt and "S: you, standing on a target" in prompt
+  assert "Observation 2" in prompt and "Observation 3" in prompt and "Observation 1" not in prompt
+  assert "step 4" in prompt and '"left"' in prompt and "<action>" in prompt
+  assert agent_format.stop_strings == ("</action>",)
+
+
+def test_parse_takes_the_action_and_requires_think():
+  agent_format = sokoban.make_agent_format(sokoban.default_config())
+  assert agent_format.parse("<think>box right</think><action> Right </action>") == (
+      base.ParsedAction("right", True))
+  assert not agent_format.parse("<action>right</action>").valid
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_parse_never_raises_and_invalid_moves_are_noops(response):
+  agent_format = sokoban.make_agent_format(sokoban.default_config())
+  parsed = agent_format.parse(response)
+  env = sokoban.make_env(sokoban.default_config())
+  _, info = env.reset(sokoban.load_tasks(sokoban.default_config(), "train")[0], seed=0)
+  before = env.board
+  result = env.step(parsed.action)
+  assert result.info["action_valid"] == (parsed.action in generator.MOVES)
+  if not result.info["action_valid"]:
+    assert env.board == before

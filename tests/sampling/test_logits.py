@@ -1,0 +1,60 @@
+"""Token choice: greedy, temperature, top-k, top-p, and the raw log-probs."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seed_jax.sampling.logits import sample_tokens, token_logprobs
+
+
+def _keys(n, seed=0):
+  return jax.random.split(jax.random.key(seed), n)
+
+
+def test_token_logprobs_match_numpy():
+  logits = np.random.default_rng(0).normal(size=(3, 11)).astype(np.float32) * 3
+  tokens = np.array([0, 5, 10])
+  expected = logits[np.arange(3), tokens] - np.log(np.exp(logits).sum(-1))
+  np.testing.assert_allclose(token_logprobs(jnp.asarray(logits), jnp.asarray(tokens)),
+                             expected, atol=1e-5)
+
+
+def test_greedy_is_argmax_whatever_the_filters():
+  logits = jnp.asarray(np.random.default_rng(1).normal(size=(4, 50)), jnp.float32)
+  for top_k, use_top_p in ((0, False), (5, False), (0, True), (5, True)):
+    got = sample_tokens(_keys(4), logits, jnp.float32(0.0), jnp.float32(0.5), top_k=top_k,
+                        use_top_p=use_top_p)
+    np.testing.assert_array_equal(got, jnp.argmax(logits, -1))
+
+
+def _draw(logits_row, n, **kwargs):
+  logits = jnp.broadcast_to(jnp.asarray(logits_row, jnp.float32), (n, len(logits_row)))
+  fn = jax.jit(lambda k, l: sample_tokens(k, l, jnp.float32(kwargs.get("temperature", 1.0)),
+                                          jnp.float32(kwargs.get("top_p", 1.0)),
+                                          top_k=kwargs.get("top_k", 0),
+                                          use_top_p=kwargs.get("top_p", 1.0) < 1.0))
+  return np.asarray(fn(_keys(n), logits))
+
+
+def test_sampling_follows_the_distribution_and_temperature():
+  probs = np.array([0.5, 0.3, 0.15, 0.05])
+  logits = np.log(probs)
+  counts = np.bincount(_draw(logits, 20000), minlength=4) / 20000
+  np.testing.assert_allclose(counts, probs, atol=0.015)
+  hot = np.exp(logits / 2.0) / np.exp(logits / 2.0).sum()
+  counts = np.bincount(_draw(logits, 20000, temperature=2.0), minlength=4) / 20000
+  np.testing.assert_allclose(counts, hot, atol=0.015)
+
+
+def test_top_k_and_top_p_keep_only_the_head():
+  probs = np.array([0.05, 0.4, 0.1, 0.3, 0.15])
+  logits = np.log(probs)
+  drawn = _draw(logits, 4000, top_k=2)
+  assert set(drawn) == {1, 3}
+  np.testing.assert_allclose(np.mean(drawn == 1), 0.4 / 0.7, atol=0.03)
+  # Nucleus 0.75: 0.4 + 0.3 = 0.7 < 0.75, so the 0.15 token joins; 0.1 and 0.05 do not.
+  assert set(_draw(logits, 4000, top_p=0.75)) == {1, 3, 4}
+  assert set(_draw(logits, 4000, top_p=0.75, top_k=2)) == {1, 3}
+  assert set(_draw(logits, 2000, top_p=0.3)) == {1}  # the top token is always kept

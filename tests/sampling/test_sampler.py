@@ -1,0 +1,183 @@
+"""End to end on a tiny random model: exactness, stops, fan-out, compile count, mesh."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from seed_jax.parallel import MeshConfig, make_mesh
+from seed_jax.sampling import Sampler, SamplingParams
+from seed_jax.sampling import sampler as sampler_module
+from seed_jax.seed.logprobs import response_logprobs
+from tests.sampling.conftest import EOS, PAD, TINY
+
+PROMPTS = [[5, 6, 7], list(range(10, 19)), list(range(30, 47))]  # lengths 3, 9, 17
+
+
+@pytest.fixture(scope="module")
+def sampler(tiny_model, toy_tokenizer):
+  graphdef, params = nnx.split(tiny_model)
+  return Sampler(graphdef, params, TINY, tokenizer=toy_tokenizer, max_cache_len=256)
+
+
+def _greedy_by_recompute(model, prompt, steps, width=96):
+  """Greedy decoding by running the full forward (no cache) on the growing sequence."""
+  graphdef, params = nnx.split(model)
+
+  @jax.jit
+  def last_logits(params, tokens, length):
+    m = nnx.merge(graphdef, params)
+    mask = (jnp.arange(width) < length)[None]
+    hidden = m(tokens, jnp.arange(width)[None], mask)
+    return m.unembed(hidden[0, length - 1])
+
+  seq = list(prompt)
+  for _ in range(steps):
+    tokens = np.full((1, width), PAD, np.int32)
+    tokens[0, :len(seq)] = seq
+    seq.append(int(jnp.argmax(last_logits(params, tokens, len(seq)))))
+  return seq[len(prompt):]
+
+
+@pytest.mark.parametrize("prompts", [PROMPTS, PROMPTS + [list(range(50, 120))]],
+                         ids=["short", "long"])  # long: prompt bucket 128, two prefill blocks
+def test_greedy_with_cache_equals_full_recompute(sampler, tiny_model, prompts):
+  out = sampler.generate(prompts, SamplingParams(max_new_tokens=12, temperature=0.0,
+                                                 ignore_eos=True))
+  assert out.lengths == [12] * len(prompts)
+  assert out.stop_reasons == ["max_tokens"] * len(prompts)
+  for prompt, tokens in zip(prompts, out.tokens):
+    assert tokens == _greedy_by_recompute(tiny_model, prompt, 12)
+  assert len(set(map(tuple, out.tokens))) == len(prompts)  # not a degenerate model
+
+
+def _training_logprobs(model, prompts, out, num_samples):
+  """Log-probs of the sampled tokens by the training forward (prompt ++ response rows)."""
+  p_len = max(map(len, prompts))
+  r_len = max(out.lengths)
+  rows = len(out.tokens)
+  tokens = np.full((rows, p_len + r_len), PAD, np.int32)
+  mask = np.zeros_like(tokens, bool)
+  for r, response in enumerate(out.tokens):
+    prompt = prompts[r // num_samples]
+    tokens[r, p_len - len(prompt):p_len] = prompt
+    tokens[r, p_len:p_len + len(response)] = response
+    mask[r, p_len - len(prompt):p_len + len(response)] = True
+  logprobs, _ = response_logprobs(model, jnp.asarray(tokens), jnp.asarray(mask), r_len)
+  return np.asarray(logprobs)
+
+
+def test_logprobs_equal_the_training_forward(sampler, tiny_model):
+  # top_k and temperature change what is drawn, never the recorded raw log-prob.
+  sampling = SamplingParams(max_new_tokens=16, temperature=0.8, top_k=40, num_samples=2)
+  out = sampler.generate(PROMPTS, sampling, seed=3)
+  expected = _training_logprobs(tiny_model, PROMPTS, out, 2)
+  for r, lp in enumerate(out.logprobs):
+    assert lp.dtype == np.float32 and len(lp) == out.lengths[r]
+    np.testing.assert_allclose(lp, expected[r, :len(lp)], atol=1e-4, rtol=0)
+
+
+def test_seed_reproduces_and_group_samples_differ(sampler):
+  sampling = SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.9, num_samples=4)
+  a = sampler.generate(PROMPTS[:2], sampling, seed=7)
+  b = sampler.generate(PROMPTS[:2], sampling, seed=7)
+  c = sampler.generate(PROMPTS[:2], sampling, seed=8)
+  assert a.tokens == b.tokens and a.tokens != c.tokens
+  assert a.prompt_index == [0, 0, 0, 0, 1, 1, 1, 1]
+  assert len(set(map(tuple, a.tokens[:4]))) > 1  # the group's samples diverge
+
+
+def test_group_fan_out_shares_the_prompt(sampler):
+  single = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0))
+  group = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0,
+                                                   num_samples=3))
+  assert len(group.tokens) == 9
+  for r, tokens in enumerate(group.tokens):
+    assert tokens == single.tokens[r // 3]
+    np.testing.assert_allclose(group.logprobs[r], single.logprobs[r // 3], atol=1e-6)
+
+
+def test_max_tokens_eos_and_stop_strings(sampler, toy_tokenizer, monkeypatch):
+  free = sampler.generate(PROMPTS, SamplingParams(max_new_tokens=24, temperature=0.0,
+                                                  ignore_eos=True))
+  row = free.tokens[2]
+  # An "eos" id that appears mid-row stops the row right there.
+  eos_token = row[5]
+  out = sampler.generate(PROMPTS[2:], SamplingParams(max_new_tokens=24, temperature=0.0,
+                                                     stop_token_ids=(eos_token,),
+                                                     ignore_eos=True))
+  assert out.tokens[0] == row[:row.index(eos_token) + 1] and out.stop_reasons == ["eos"]
+  # A stop string spanning a token boundary, taken from the free-running text.
+  texts = [toy_tokenizer.decode([t]) for t in row]
+  start = sum(map(len, texts[:6])) - 1
+  stop = "".join(texts)[start:start + 2]
+  text = "".join(texts)
+  cut = text.find(stop) + len(stop)
+  n_tokens = next(i + 1 for i in range(len(row)) if len("".join(texts[:i + 1])) >= cut)
+  # The device alone must stop there: disable the host-side truncation.
+  monkeypatch.setattr(sampler_module.stops, "truncate_at_stop",
+                      lambda toks, decode, stops: (toks, decode(toks), False))
+  sampling = SamplingParams(max_new_tokens=24, temperature=0.0, ignore_eos=True,
+                            stop_strings=(stop, "never-seen"))
+  out = sampler.generate(PROMPTS[2:], sampling)
+  assert out.tokens[0] == row[:n_tokens] and out.stop_reasons == ["stop_string"]
+  monkeypatch.undo()
+  out = sampler.generate(PROMPTS, sampling)
+  assert out.tokens[2] == row[:n_tokens] and out.texts[2] == text[:cut]
+  assert out.texts[2].endswith(stop)
+  assert out.lengths[0] == len(out.tokens[0]) == len(out.logprobs[0])
+
+
+def test_compile_count_stays_flat(sampler):
+  rng = np.random.default_rng(0)
+  warm = [SamplingParams(max_new_tokens=8, temperature=t) for t in (0.0, 1.0)]
+  for sampling in warm:  # warm-up: prompt bucket 32, batch bucket 4
+    sampler.generate([[3] * 20] * 3, sampling)
+  traces = sampler.num_traces
+  for i in range(12):
+    batch = int(rng.integers(3, 5))
+    prompts = [rng.integers(3, 256, size=int(rng.integers(17, 33))).tolist()
+               for _ in range(batch)]
+    sampling = SamplingParams(max_new_tokens=int(rng.integers(5, 9)),
+                              temperature=float(rng.choice([0.0, 0.7, 1.0])))
+    out = sampler.generate(prompts, sampling, seed=i)
+    assert len(out.tokens) == batch
+  assert sampler.num_traces == traces
+
+
+def test_update_params_does_not_recompile(sampler):
+  sampling = SamplingParams(max_new_tokens=8, temperature=0.0)
+  before = sampler.generate(PROMPTS, sampling)
+  traces = sampler.num_traces
+  old = sampler.params
+  sampler.update_params(jax.tree.map(lambda x: x * 1.5, old))
+  after = sampler.generate(PROMPTS, sampling)
+  sampler.update_params(old)
+  assert sampler.num_traces == traces and after.tokens != before.tokens
+
+
+def test_prompt_longer_than_the_cache_is_an_error(sampler):
+  with pytest.raises(ValueError, match="does not fit the cache"):
+    sampler.generate([[3] * 257], SamplingParams(max_new_tokens=4))
+  with pytest.raises(ValueError, match="at least one token"):
+    sampler.generate([[]], SamplingParams())
+
+
+def test_sharded_over_the_mesh_matches_one_device(sampler, tiny_model, toy_tokenizer):
+  mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+  graphdef, params = nnx.split(tiny_model)
+  sharded = Sampler(graphdef, params, TINY, tokenizer=toy_tokenizer, mesh=mesh,
+                    max_cache_len=256)
+  sampling = SamplingParams(max_new_tokens=8, temperature=0.0, num_samples=2)
+  expected = sampler.generate(PROMPTS, sampling)
+  got = sharded.generate(PROMPTS, sampling)
+  assert got.tokens == expected.tokens
+  for a, b in zip(got.logprobs, expected.logprobs):
+    np.testing.assert_allclose(a, b, atol=1e-4)
+  leaf = jax.tree.leaves(sharded.params)[0]
+  assert len(leaf.sharding.device_set) == 8

@@ -1,0 +1,138 @@
+"""Advantages, H and the batch builder, against hand computations."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from seed_jax.seed import advantages as adv_lib
+from seed_jax.seed import batch as batch_lib
+from seed_jax.seed import skills
+
+
+def test_step_advantages_match_public_code_by_hand():
+  rewards = [10.0, 0.0, 10.0, 5.0]
+  valid = [[True, False, True], [True, True], [True], [False, True]]
+  groups = ["a", "a", "b", "c"]
+  got = adv_lib.step_advantages(rewards, valid, groups, invalid_penalty=0.1)
+  scores_a = [10.0, 9.9, 10.0, 0.0, 0.0]
+  mean, std = statistics.mean(scores_a), statistics.stdev(scores_a)
+  want_a = [(s - mean) / (std + 1e-6) for s in scores_a]
+  np.testing.assert_allclose(np.concatenate(got[:2]), want_a, rtol=1e-6)
+  np.testing.assert_allclose(got[2], [10.0], rtol=1e-6)  # group of one: mean 0, std 1
+  scores_c = [4.9, 5.0]
+  mean, std = statistics.mean(scores_c), statistics.stdev(scores_c)
+  np.testing.assert_allclose(got[3], [(s - mean) / (std + 1e-6) for s in scores_c], rtol=1e-5)
+
+
+def test_trajectory_advantages_and_mean_only():
+  rewards = [10.0, 0.0, 0.0]
+  valid = [[True, False], [True], [False, False, True]]
+  got = adv_lib.step_advantages(rewards, valid, ["g"] * 3, mode="trajectory",
+                                invalid_penalty=0.5)
+  scores = [9.5, 0.0, -1.0]
+  mean, std = statistics.mean(scores), statistics.stdev(scores)
+  for traj, score in zip(got, scores):
+    np.testing.assert_allclose(traj, (score - mean) / (std + 1e-6), rtol=1e-6)
+  assert [len(t) for t in got] == [2, 1, 3]
+  centred = adv_lib.step_advantages(rewards, valid, ["g"] * 3, mode="trajectory",
+                                    invalid_penalty=0.5, norm_by_std=False)
+  np.testing.assert_allclose(centred[0], [9.5 - mean] * 2, rtol=1e-6)
+  with pytest.raises(ValueError, match="advantage mode"):
+    adv_lib.step_advantages(rewards, valid, ["g"] * 3, mode="episode")
+
+
+PROMPT = ("You are an expert agent operating in the ALFRED Embodied Environment.\n"
+          "Your task is to: put a clean apple in fridge.\n"
+          "Prior to this step, you have already taken 2 step(s).\n"
+          "Your admissible actions of the current situation are: [go to fridge 1].")
+SKILL = "Clean the apple at the sinkbasin before you open the fridge."
+
+
+def _byte_ids(text):
+  return list(text.encode())
+
+
+def _word_ids(text):
+  return [hash(w) % 1000 for w in text.split()]
+
+
+@pytest.mark.parametrize("tokenize", [_byte_ids, _word_ids])
+def test_h_changes_only_the_inserted_block(tokenize):
+  aug = skills.augment_prompt(PROMPT, SKILL)
+  assert aug.text[aug.start:aug.end] == skills.skill_block(SKILL)
+  assert aug.text[:aug.start] + aug.text[aug.end:] == PROMPT
+  assert aug.text[:aug.start].endswith("put a clean apple in fridge.\n")
+  assert "Episode-Level Skill" in aug.text and SKILL in aug.text
+  before, block, after = aug.text[:aug.start], aug.text[aug.start:aug.end], aug.text[aug.end:]
+  ids = tokenize(aug.text)
+  n_before, n_block = len(tokenize(before)), len(tokenize(block))
+  assert ids[:n_before] == tokenize(PROMPT[:aug.start])
+  assert ids[n_before + n_block:] == tokenize(after) == tokenize(PROMPT[aug.start:])
+  assert skills.augment_prompt(PROMPT, SKILL) == aug  # deterministic
+
+
+def test_h_edge_cases():
+  last = skills.augment_prompt("Hello.\nYour task is to: look", SKILL)
+  assert last.text.startswith("Hello.\nYour task is to: look\n## Episode-Level Skill")
+  assert not last.text.endswith("\n")
+  no_task = skills.augment_prompt("first line\nsecond line", SKILL)
+  assert no_task.text.startswith("first line\n## Episode-Level Skill")
+  assert skills.is_valid_skill("one two three four five")
+  assert not skills.is_valid_skill("too short skill")
+  assert not skills.is_valid_skill(None)
+
+
+def _traj(group, reward, steps, skill=True):
+  records = []
+  for i, (plen, rlen, valid) in enumerate(steps):
+    prompt = list(range(10, 10 + plen))
+    records.append(batch_lib.StepRecord(
+        prompt_ids=prompt, response_ids=list(range(100, 100 + rlen)),
+        sampler_logprobs=[-0.5 - i] * rlen, action_valid=valid,
+        teacher_prompt_ids=[7, 7, 7] + prompt if skill else None))
+  return batch_lib.Trajectory(task_id=group, group_id=group, traj_id=f"{group}{reward}",
+                              won=reward > 0, episode_reward=reward, steps=records)
+
+
+def test_build_batch_layout_and_masks():
+  trajs = [_traj("a", 10.0, [(5, 3, True), (6, 4, False)]),
+           _traj("a", 0.0, [(4, 2, True)], skill=False)]
+  cfg = batch_lib.BatchConfig(response_len=5, prompt_bucket=4, rows_multiple=4, pad_id=2)
+  batch, stats = batch_lib.build_batch(trajs, cfg)
+  assert stats["rows"] == 3 and stats["padding_rows"] == 1 and stats["opd_rows"] == 2
+  prompt_len = 12  # the longest teacher prompt, 9, rounded up to a multiple of 4
+  assert batch["student_tokens"].shape == (4, prompt_len + 5)
+  # Row 1: prompt of 6 left-padded, response of 4 right-padded.
+  np.testing.assert_array_equal(batch["student_tokens"][1, prompt_len - 6:prompt_len],
+                                range(10, 16))
+  np.testing.assert_array_equal(batch["student_tokens"][1, prompt_len:], [100, 101, 102, 103, 2])
+  np.testing.assert_array_equal(batch["student_mask"][1],
+                                [False] * 6 + [True] * 10 + [False])
+  np.testing.assert_array_equal(batch["teacher_tokens"][1, prompt_len - 9:prompt_len],
+                                [7, 7, 7] + list(range(10, 16)))
+  # Student and teacher responses sit at the same positions.
+  np.testing.assert_array_equal(batch["teacher_tokens"][:, prompt_len:],
+                                batch["student_tokens"][:, prompt_len:])
+  np.testing.assert_array_equal(batch["response_mask"][:, :], [
+      [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]])
+  np.testing.assert_allclose(batch["old_logprobs"][1], [-1.5] * 4 + [0.0])
+  np.testing.assert_array_equal(batch["opd_mask"], [1, 1, 0, 0])
+  want = adv_lib.step_advantages([10.0, 0.0], [[True, False], [True]], ["a", "a"])
+  np.testing.assert_allclose(batch["advantages"], list(np.concatenate(want)) + [0.0])
+  # The padding row attends to one token only and the pad id never defines a mask.
+  assert batch["student_mask"][3].sum() == 1
+
+
+def test_build_batch_truncation_and_errors():
+  trajs = [_traj("a", 1.0, [(20, 9, True)], skill=False)]
+  cfg = batch_lib.BatchConfig(response_len=4, prompt_bucket=8, max_prompt_len=8)
+  batch, stats = batch_lib.build_batch(trajs, cfg, with_teacher=False)
+  assert "teacher_tokens" not in batch
+  assert stats["truncated_prompts"] == 1 and stats["truncated_responses"] == 1
+  np.testing.assert_array_equal(batch["student_tokens"][0, :8], range(22, 30))
+  trajs[0].steps[0].sampler_logprobs = [0.0]
+  with pytest.raises(ValueError, match="sampler log-probs"):
+    batch_lib.build_batch(trajs, cfg)
