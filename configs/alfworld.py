@@ -21,8 +21,8 @@ def get_config(preset: str = ""):
 
 def _cpu(c):
   base.cpu_preset(c)
-  # Few generated games, so that the first run generates and checks them in about a minute.
+  # Few generated games, so that the first run generates and checks them in about a minute;
+  # a turn limit the expert meets on most pick / look / clean games.
   c.env.num_games = {"train": 12, "valid_seen": 6, "valid_unseen": 6}
-  c.env.max_steps = 6
+  c.env.max_steps = 12
   c.env.history_length = 1
-  c.sft.tasks_per_type = 1

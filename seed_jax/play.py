@@ -86,14 +86,22 @@ def expert_policy(states: list[EpisodeState]) -> list[str]:
   return [s.info["expert_action"] for s in states]
 
 
-def make_random_policy(seed: int) -> Policy:
+def make_random_policy(env_module, seed: int) -> Policy:
+  """A uniformly random admissible action, or the env's own `random_action` where it has
+  no admissible list (search, WebShop's search page)."""
   rng = random.Random(seed)
+  env_random = getattr(env_module, "random_action", None)
 
   def policy(states: list[EpisodeState]) -> list[str]:
     actions = []
     for s in states:
       admissible = [a for a in s.info.get("admissible_actions") or [] if a != "help"]
-      actions.append(rng.choice(admissible) if admissible else INVALID_ACTION)
+      if admissible:
+        actions.append(rng.choice(admissible))
+      elif env_random is not None:
+        actions.append(env_random(rng, s.observation, s.info))
+      else:
+        actions.append(INVALID_ACTION)
     return actions
   return policy
 
@@ -109,9 +117,10 @@ def human_policy(states: list[EpisodeState]) -> list[str]:
   return actions
 
 
-def make_model_policy(env_module, config, model: str, seed: int) -> Policy:
+def make_model_policy(env_module, config, model: str, seed: int, temperature: float,
+                      max_new_tokens: int) -> Policy:
   """The acting loop of training: render the prompt, sample, parse (invalid -> no-op)."""
-  from seed_jax.generate import load_text_generator  # pylint: disable=g-import-not-at-top
+  from seed_jax.sampling.text import load_text_generator  # pylint: disable=g-import-not-at-top
   generator = load_text_generator(model)
   agent_format = env_module.make_agent_format(config)
   calls = [0]
@@ -119,8 +128,7 @@ def make_model_policy(env_module, config, model: str, seed: int) -> Policy:
   def policy(states: list[EpisodeState]) -> list[str]:
     prompts = [agent_format.render(s.instruction, s.history, s.observation,
                                    s.info.get("admissible_actions"), s.step) for s in states]
-    responses = generator.chat(prompts, max_new_tokens=_MAX_NEW_TOKENS.value,
-                               temperature=_TEMPERATURE.value,
+    responses = generator.chat(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                                stop=agent_format.stop_strings, seed=seed + calls[0])
     calls[0] += 1
     return [agent_format.parse(r).action for r in responses]
@@ -187,8 +195,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(env_name: str, policy_name: str, split: str, episodes: int, seed: int, workers: int,
-        batch_size: int, overrides: list[str], model: str = "", verbose: bool = False
-        ) -> dict[str, Any]:
+        batch_size: int, overrides: list[str], model: str = "", verbose: bool = False,
+        temperature: float = 0.4, max_new_tokens: int = 512) -> dict[str, Any]:
   """Loads tasks, plays them with the named policy, returns the summary."""
   env_module = get_env_module(env_name)
   config = apply_overrides(env_module.default_config(), overrides)
@@ -200,9 +208,10 @@ def run(env_name: str, policy_name: str, split: str, episodes: int, seed: int, w
   if episodes:
     tasks = [tasks[i % len(tasks)] for i in range(episodes)]
   policy = {"expert": lambda: expert_policy,
-            "random": lambda: make_random_policy(seed),
+            "random": lambda: make_random_policy(env_module, seed),
             "human": lambda: human_policy,
-            "model": lambda: make_model_policy(env_module, config, model, seed)}[policy_name]()
+            "model": lambda: make_model_policy(env_module, config, model, seed, temperature,
+                                               max_new_tokens)}[policy_name]()
   with_expert = policy_name == "expert"
   if workers > 0:
     from seed_jax.envs.pool import EnvPool  # pylint: disable=g-import-not-at-top
@@ -226,16 +235,17 @@ def print_summary(env_name: str, policy_name: str, split: str, summary: dict[str
   print(json.dumps(summary))
 
 
-def main(argv: list[str]) -> dict[str, Any]:
+def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if _POLICY.value == "model" and not _MODEL.value:
     raise app.UsageError("--policy=model needs --model")
-  summary = run(_ENV.value, _POLICY.value, _SPLIT.value, _EPISODES.value, _SEED.value,
-                _WORKERS.value, _BATCH.value, _SET.value, _MODEL.value, _VERBOSE.value)
-  print_summary(_ENV.value, _POLICY.value, _SPLIT.value, summary)
+  env_name, policy_name, split = _ENV.value, _POLICY.value, _SPLIT.value
+  summary = run(env_name, policy_name, split, _EPISODES.value, _SEED.value, _WORKERS.value,
+                _BATCH.value, _SET.value, _MODEL.value, _VERBOSE.value, _TEMPERATURE.value,
+                _MAX_NEW_TOKENS.value)
+  print_summary(env_name, policy_name, split, summary)  # its last line is the JSON summary
   sys.stdout.flush()
-  return summary
 
 
 if __name__ == "__main__":

@@ -72,11 +72,6 @@ def parse_action(response: str, require_think: bool = True) -> ParsedAction:
   return ParsedAction(action=action, valid=True)
 
 
-def complete_stop_string(response: str, stop: str = _ACTION_CLOSE) -> str:
-  """Re-appends a stop string the sampler cut off, so transcripts show the full format."""
-  return response if response.rstrip().endswith(stop) else response + stop
-
-
 def history_window(turns: Sequence[Turn], history_length: int) -> list[tuple[int, Turn]]:
   """The last `history_length` turns, in order, each with its 1-based step number.
 

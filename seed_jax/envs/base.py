@@ -111,7 +111,8 @@ class ParsedAction:
 class AgentFormat(Protocol):
   """How an env family talks to the model: prompt rendering and response parsing.
 
-  `render` returns the user message of the next turn; the chat template is applied later.
+  `render` returns the user message of turn `step` (1-based: the step about to be taken);
+  the chat template is applied later.
   `parse` never raises, whatever string it gets.
   """
 

@@ -160,8 +160,6 @@ class EnvPool:
       if status == "ok":
         result: StepResult = payload
         check_info(result.info, f"{episode.task.env}.step")
-        episode.actions.append(ops[row][2])
-        episode.done = result.done
       else:
         episode.done = True
         result = StepResult("", 0.0, True, self._failed_info(episode, payload))
@@ -253,9 +251,15 @@ class EnvPool:
           if op[0] == "restore":  # internal: a restored episode; its own op follows
             if status != "ok":
               self._fail_row(row, f"restore after worker restart failed: {payload}", replies)
-          elif row not in replies:  # (a row whose restore failed already has its reply)
-            replies[row] = ("ok", payload, seconds) if status == "ok" else (
-                "failed", f"env raised: {payload}", seconds)
+          elif row in replies:  # its restore failed; this op ran on no env
+            pass
+          elif status != "ok":
+            self._fail_row(row, f"env raised: {payload}", replies, seconds)
+          else:
+            if op[0] == "step":  # book-keep now: a later restart this call replays it
+              self._episodes[row].actions.append(op[2])
+              self._episodes[row].done = payload.done
+            replies[row] = ("ok", payload, seconds)
         elif time.perf_counter() >= deadlines[w]:
           seconds = self._timeout(pending[w][0])
           reason = f"{pending[w][0][0]} timed out after {seconds:.1f}s; worker restarted"
@@ -268,9 +272,9 @@ class EnvPool:
     deadlines[w] = time.perf_counter() + startup + self._timeout(worker_ops[0])
     worker.conn.send(("ops", list(worker_ops)))
 
-  def _fail_row(self, row: int, reason: str, replies: dict) -> None:
+  def _fail_row(self, row: int, reason: str, replies: dict, seconds: float = 0.0) -> None:
     self._episodes[row].done = True
-    replies[row] = ("failed", reason, 0.0)
+    replies[row] = ("failed", reason, seconds)
 
   def _replace_worker(self, w: int, pending: dict[int, list[tuple]],
                       deadlines: dict[int, float], replies: dict, reason: str) -> None:

@@ -60,7 +60,8 @@ def unpermute_rotary_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
           .reshape(rows, *rest))
 
 
-def _field(reader, key: str, path: str, default: Any = ...) -> Any:
+def gguf_field(reader, key: str, path: str, default: Any = ...) -> Any:
+  """A GGUF metadata value; a missing key is an error naming the file, unless a default."""
   field = reader.fields.get(key)
   if field is None:
     if default is ...:
@@ -85,39 +86,39 @@ def read_gguf(path: str | os.PathLike, **config_overrides
     reader = gguf.GGUFReader(path)
   except Exception as e:  # the gguf package raises ValueError/struct errors on bad files
     raise ValueError(f"{path}: not a readable GGUF file ({e})") from e
-  arch = _field(reader, "general.architecture", path)
+  arch = gguf_field(reader, "general.architecture", path)
   if arch not in _ARCHITECTURES:
     raise ValueError(f"{path}: general.architecture {arch!r} is not supported; "
                      f"supported: {', '.join(_ARCHITECTURES)}")
-  num_heads = int(_field(reader, f"{arch}.attention.head_count", path))
-  num_kv_heads = int(_field(reader, f"{arch}.attention.head_count_kv", path, num_heads))
-  hidden = int(_field(reader, f"{arch}.embedding_length", path))
+  num_heads = int(gguf_field(reader, f"{arch}.attention.head_count", path))
+  num_kv_heads = int(gguf_field(reader, f"{arch}.attention.head_count_kv", path, num_heads))
+  hidden = int(gguf_field(reader, f"{arch}.embedding_length", path))
   shapes = {t.name: [int(d) for d in t.shape] for t in reader.tensors}
   names = set(shapes)
   if "token_embd.weight" not in shapes:
     raise KeyError(f"{path}: GGUF tensor 'token_embd.weight' is missing")
-  vocab = int(_field(reader, f"{arch}.vocab_size", path, shapes["token_embd.weight"][-1]))
+  vocab = int(gguf_field(reader, f"{arch}.vocab_size", path, shapes["token_embd.weight"][-1]))
   cfg = ModelConfig(
       model_type=_ARCHITECTURES[arch],
       vocab_size=vocab,
       hidden_size=hidden,
-      intermediate_size=int(_field(reader, f"{arch}.feed_forward_length", path)),
-      num_layers=int(_field(reader, f"{arch}.block_count", path)),
+      intermediate_size=int(gguf_field(reader, f"{arch}.feed_forward_length", path)),
+      num_layers=int(gguf_field(reader, f"{arch}.block_count", path)),
       num_heads=num_heads,
       num_kv_heads=num_kv_heads,
-      head_dim=int(_field(reader, f"{arch}.attention.key_length", path, hidden // num_heads)),
-      rope_theta=float(_field(reader, f"{arch}.rope.freq_base", path, 10000.0)),
-      rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", path)),
+      head_dim=int(gguf_field(reader, f"{arch}.attention.key_length", path, hidden // num_heads)),
+      rope_theta=float(gguf_field(reader, f"{arch}.rope.freq_base", path, 10000.0)),
+      rms_norm_eps=float(gguf_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", path)),
       tie_word_embeddings="output.weight" not in names,
       qkv_bias="blk.0.attn_q.bias" in names,
       o_bias="blk.0.attn_output.bias" in names,
       qk_norm="blk.0.attn_q_norm.weight" in names,
-      max_position_embeddings=int(_field(reader, f"{arch}.context_length", path, 8192)),
-      bos_token_id=_field(reader, "tokenizer.ggml.bos_token_id", path, None),
-      eos_token_id=_field(reader, "tokenizer.ggml.eos_token_id", path, None),
-      pad_token_id=_field(reader, "tokenizer.ggml.padding_token_id", path, None),
+      max_position_embeddings=int(gguf_field(reader, f"{arch}.context_length", path, 8192)),
+      bos_token_id=gguf_field(reader, "tokenizer.ggml.bos_token_id", path, None),
+      eos_token_id=gguf_field(reader, "tokenizer.ggml.eos_token_id", path, None),
+      pad_token_id=gguf_field(reader, "tokenizer.ggml.padding_token_id", path, None),
       **config_overrides)
-  if _field(reader, f"{arch}.rope.scaling.type", path, "none") not in ("none", "default"):
+  if gguf_field(reader, f"{arch}.rope.scaling.type", path, "none") not in ("none", "default"):
     raise ValueError(f"{path}: {arch}.rope.scaling.type is not supported for GGUF import")
 
   tensors = {}

@@ -76,13 +76,10 @@ def tokenizer_from_gguf(reader, path: str) -> Tokenizer:
   from tokenizers import decoders, models, pre_tokenizers
   from transformers import PreTrainedTokenizerFast  # pylint: disable=import-outside-toplevel
 
+  from seed_jax.models.gguf_io import gguf_field  # pylint: disable=import-outside-toplevel
+
   def field(key, default: Any = ...):
-    f = reader.fields.get(key)
-    if f is None:
-      if default is ...:
-        raise KeyError(f"{path}: GGUF metadata key {key!r} is missing")
-      return default
-    return f.contents()
+    return gguf_field(reader, key, path, default)
 
   kind = field("tokenizer.ggml.model")
   if kind != "gpt2":

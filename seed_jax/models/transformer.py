@@ -263,6 +263,10 @@ class Block(nnx.Module):
     return constrain(x, ("batch", "length", "act_embed")), cache
 
 
+def _full_block(layer: Block, x, positions, inv_freq, kv_mask):
+  return layer(x, positions, inv_freq, kv_mask, None, 0)[0]
+
+
 class Transformer(nnx.Module):
   """Decoder-only LM. Layers are a Python list: on XLA:CPU an unrolled loop beat `scan`,
   which copied each layer's weights and cache every decode step."""
@@ -287,12 +291,31 @@ class Transformer(nnx.Module):
     x = constrain(x, ("batch", "length", "act_embed"))
     inv_freq = rope_inverse_frequencies(self.cfg)
     new_cache = [] if cache is not None else None
-    for i, layer in enumerate(self.layers):
-      x, layer_cache = layer(x, positions, inv_freq, kv_mask,
-                             None if cache is None else cache[i], cache_index)
-      if cache is not None:
+    if cache is None:
+      x = self._scan_layers(x, positions, inv_freq, kv_mask)
+    else:
+      for i, layer in enumerate(self.layers):
+        x, layer_cache = layer(x, positions, inv_freq, kv_mask, cache[i], cache_index)
         new_cache.append(layer_cache)
     return self.final_norm(x), new_cache
+
+  def _scan_layers(self, x, positions, inv_freq, kv_mask):
+    """The layers as a rematerialised `scan` over their stacked weights.
+
+    Under grad, the backward pass keeps one `[B, T, E]` input per layer and recomputes the
+    rest, one layer at a time, so memory does not grow with depth. (`jax.checkpoint` on an
+    unrolled loop does not bound it on XLA:CPU, whose scheduler hoists the recomputation.)
+    """
+    graphdef = nnx.graphdef(self.layers[0])
+    stacked = jax.tree.map(lambda *ws: jnp.stack(ws),
+                           *[nnx.state(layer) for layer in self.layers])
+
+    @jax.checkpoint
+    def body(h, layer_state):
+      return _full_block(nnx.merge(graphdef, layer_state), h, positions, inv_freq,
+                         kv_mask), None
+
+    return jax.lax.scan(body, x, stacked)[0]
 
   def __call__(self, tokens: jax.Array, positions: jax.Array,
                attention_mask: jax.Array) -> jax.Array:

@@ -7,6 +7,7 @@ may be -1 for "all remaining devices".
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -43,6 +44,19 @@ class MeshConfig:
       raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, "
                        f"but {num_devices} are available")
     return tuple(sizes)
+
+
+def in_mesh(fn, mesh: Mesh | None):
+  """`fn` run with `mesh` as the ambient mesh (the model's activation constraints read it);
+  with no mesh, `fn` itself."""
+  if mesh is None:
+    return fn
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with jax.set_mesh(mesh):
+      return fn(*args, **kwargs)
+  return wrapped
 
 
 def make_mesh(config: MeshConfig = MeshConfig(), devices=None) -> Mesh:

@@ -72,7 +72,7 @@ def _choose_and_record(state: DecodeState, logits: Array, knobs: dict[str, Array
 def prefill(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: Array,
             prompt_mask: Array, prompt_valid: Array, key: Array, knobs: dict[str, Array], *,
             cache_len: int, max_new_bucket: int, num_samples: int, decode_rows: int,
-            cache_dtype: Any, top_k: int, use_top_p: bool) -> DecodeState:
+            prefill_rows: int, cache_dtype: Any, top_k: int, use_top_p: bool) -> DecodeState:
   """Runs the prompts through the model, fans out the cache and samples token 0.
 
   Args:
@@ -84,17 +84,33 @@ def prefill(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: Array,
       `[E]`, stop_table `[Rs, V]`, stop_match.
     cache_len: S (static). max_new_bucket: columns of the output buffers (static).
     num_samples: decode rows per prompt (static). decode_rows: R >= Bp * num_samples.
+    prefill_rows: prompts per prefill chunk (static; a divisor of Bp, or >= Bp for one
+      pass).
   Returns:
     The decode state for `R` rows, with token 0 sampled.
   """
   model = nnx.merge(graphdef, params)
   batch, prompt_len = prompt_tokens.shape
-  positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=-1) - 1, 0)
   kv_mask = jnp.zeros((batch, cache_len), bool).at[:, :prompt_len].set(prompt_mask)
-  cache = init_cache(model.cfg, batch, cache_len, cache_dtype)
-  cache = jax.tree.map(lambda c: constrain(c, _CACHE_AXES), cache)
-  hidden, cache = model.forward_with_cache(prompt_tokens, positions, kv_mask, cache, 0)
-  last_hidden = hidden[:, -1]  # left padding: the last slot is every row's last token
+
+  def run_rows(tokens, mask, kv_mask):
+    positions = jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+    cache = init_cache(model.cfg, tokens.shape[0], cache_len, cache_dtype)
+    cache = jax.tree.map(lambda c: constrain(c, _CACHE_AXES), cache)
+    hidden, cache = model.forward_with_cache(tokens, positions, kv_mask, cache, 0)
+    return hidden[:, -1], cache  # left padding: the last slot is every row's last token
+
+  if prefill_rows >= batch:
+    last_hidden, cache = run_rows(prompt_tokens, prompt_mask, kv_mask)
+  else:
+    # A few rows at a time keeps the working set in the CPU's caches: on XLA:CPU a b32 x
+    # 512-token prefill ran ~2x faster in 2-row chunks than as one batch.
+    chunks = batch // prefill_rows
+    split = lambda x: x.reshape(chunks, prefill_rows, *x.shape[1:])
+    merge = lambda x: x.reshape(batch, *x.shape[2:])
+    last_hidden, cache = jax.lax.map(lambda args: run_rows(*args),
+                                     (split(prompt_tokens), split(prompt_mask), split(kv_mask)))
+    last_hidden, cache = merge(last_hidden), jax.tree.map(merge, cache)
 
   # Fan-out: decode row r continues prompt r // num_samples (padding rows reuse row 0).
   rows = jnp.arange(decode_rows)

@@ -18,7 +18,6 @@ teacher_tokens / teacher_mask `[B, T]`, teacher_logprobs `[B, R]`, ref_logprobs 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any, Callable
 
@@ -29,6 +28,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from seed_jax.parallel.mesh import in_mesh
 from seed_jax.seed import losses
 from seed_jax.seed import optim
 from seed_jax.seed.logprobs import response_logprobs
@@ -111,15 +111,7 @@ def make_score_fn(graphdef, chunk: int = 128, mesh: Mesh | None = None) -> Calla
   """
   jitted = jax.jit(lambda p, t, m, r: _score(graphdef, p, t, m, r, chunk)[0],
                    static_argnums=3)
-  return _with_mesh(jitted, mesh)
-
-
-def _with_mesh(fn, mesh):
-  """Runs `fn` with `mesh` as the ambient mesh (the model's activation constraints use it)."""
-  def wrapped(*args):
-    with (jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()):
-      return fn(*args)
-  return wrapped
+  return in_mesh(jitted, mesh)
 
 
 def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig, mesh: Mesh | None = None
@@ -214,6 +206,23 @@ def _split_micro(x: jax.Array, k: int, mesh: Mesh | None) -> jax.Array:
   return split
 
 
+def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, grads,
+                    loss: jax.Array) -> tuple[TrainState, jax.Array, jax.Array]:
+  """One optimizer update; a non-finite loss or gradient leaves params and moments
+  untouched and is counted in `skipped`. Returns (new state, finite, grad norm)."""
+  grad_norm = optax.global_norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+  new_state = TrainState(params=keep(params, state.params),
+                         opt_state=keep(opt_state, state.opt_state),
+                         step=state.step + finite.astype(jnp.int32),
+                         skipped=state.skipped + (~finite).astype(jnp.int32))
+  return new_state, finite, grad_norm
+
+
 def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig,
                     mesh: Mesh | None = None, state_shardings: TrainState | None = None
                     ) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
@@ -233,17 +242,7 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
 
   def step(state: TrainState, batch: Batch):
     loss, grads, sums = loss_and_grad(state.params, batch)
-    grad_norm = optax.global_norm(grads)
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    # A non-finite loss or gradient leaves params and moments untouched and is counted.
-    keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-    new_state = TrainState(params=keep(params, state.params),
-                           opt_state=keep(opt_state, state.opt_state),
-                           step=state.step + finite.astype(jnp.int32),
-                           skipped=state.skipped + (~finite).astype(jnp.int32))
+    new_state, finite, grad_norm = apply_gradients(optimizer, state, grads, loss)
     metrics = losses.finalize_metrics(sums, cfg.loss)
     metrics.update(loss=loss, grad_norm=grad_norm, learning_rate=schedule(state.step),
                    update_skipped=(~finite).astype(jnp.float32),
@@ -259,4 +258,4 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
   rows = NamedSharding(mesh, PartitionSpec(BATCH_AXES))  # a prefix: every batch array
   jitted = jax.jit(step, in_shardings=(state_shardings, rows),
                    out_shardings=(state_shardings, replicated), donate_argnums=0)
-  return _with_mesh(jitted, mesh)
+  return in_mesh(jitted, mesh)

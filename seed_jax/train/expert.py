@@ -27,7 +27,7 @@ class Demonstration:
 
 def expert_response(action: str) -> str:
   """The response text the agent is cloned on: a short think block, then the action."""
-  return f"<think>The next step toward the goal is to {action}.</think><action>{action}</action>"
+  return f"<think>Next I should {action}.</think><action>{action}</action>"
 
 
 def collect_demonstrations(pool, fmt: AgentFormat, tasks: Sequence[Task], max_turns: int,
@@ -53,7 +53,7 @@ def collect_demonstrations(pool, fmt: AgentFormat, tasks: Sequence[Task], max_tu
       if action is not None:
         demos[i].messages.append(fmt.render(demos[i].instruction, histories[i],
                                             observations[i],
-                                            infos[i].get("admissible_actions"), turn))
+                                            infos[i].get("admissible_actions"), turn + 1))
         demos[i].actions.append(action)
       else:
         live[i] = False

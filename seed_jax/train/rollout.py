@@ -10,7 +10,9 @@ the token ids and sampler log-probs that the train step re-scores.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import Sequence
+
+from tqdm.auto import tqdm
 
 from seed_jax.envs.base import AgentFormat, Task, Turn
 from seed_jax.models.tokenizer import Tokenizer
@@ -60,7 +62,7 @@ class _Row:
 
 def _render(fmt: AgentFormat, row: _Row, skill: str | None) -> str:
   message = fmt.render(row.instruction, row.history, row.observation, row.admissible,
-                       len(row.steps))
+                       len(row.steps) + 1)
   return augment_prompt(message, skill).text if skill else message
 
 
@@ -91,7 +93,7 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
     tasks: the batch's tasks; task i's episodes form GRPO group `f"{group_prefix}{i}"`.
     seed: base seed of env resets and sampling (each turn uses `seed + turn`).
     acting_skills: Skill-GRPO: task_type -> skill placed in the acting prompt.
-    progress: called with the number of env steps taken after each turn.
+    desc: label of the progress bar (one tick per turn, live episodes shown).
   Returns:
     (trajectories in task-major order, stats: episodes, steps, invalid actions, success,
     failed episodes, truncated prompts).
@@ -107,10 +109,12 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
   sampling = SamplingParams(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
                             top_p=spec.top_p, stop_strings=tuple(fmt.stop_strings))
   stats = {"truncated_prompts": 0}
+  bar = tqdm(total=spec.max_turns, desc=desc, unit="turn", leave=False)
   for turn in range(spec.max_turns):
     live = [i for i, r in enumerate(rows) if not r.done]
     if not live:
       break
+    bar.set_postfix(live=len(live))
     prompts = [_fit_prompt(fmt, tokenizer, rows[i], (acting_skills or {}).get(
         rows[i].task.task_type), spec.max_prompt_tokens, stats) for i in live]
     out = sampler.generate([ids for _, ids in prompts], sampling, seed=seed * 7919 + turn)
@@ -134,8 +138,8 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
       if result.done or turn == spec.max_turns - 1:
         row.done = True
         row.failed = str(result.info.get("failed", ""))
-    if progress is not None:
-      progress(len(live))
+    bar.update(1)
+  bar.close()
   trajectories = [Trajectory(
       task_id=r.task.task_id, group_id=r.group_id, traj_id=r.traj_id, won=r.won,
       episode_reward=r.reward, steps=r.steps, task=r.instruction,

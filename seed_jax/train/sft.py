@@ -13,13 +13,13 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from seed_jax.parallel.mesh import in_mesh
 from seed_jax.seed import optim
 from seed_jax.seed.logprobs import response_logprobs
-from seed_jax.seed.train_step import BATCH_AXES, TrainState
+from seed_jax.seed.train_step import BATCH_AXES, TrainState, apply_gradients
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,40 +77,22 @@ def make_nll_step(graphdef, optim_cfg: optim.OptimConfig, mesh: Mesh | None = No
       total, count = _nll_sums(graphdef, params, batch, chunk)
       return total / jnp.maximum(count, 1.0), count
     (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    grad_norm = optax.global_norm(grads)
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = jax.tree.map(lambda p, u: jnp.where(finite, p + u, p), state.params, updates)
-    opt_state = jax.tree.map(lambda n, o: jnp.where(finite, n, o), opt_state, state.opt_state)
-    new_state = TrainState(params=params, opt_state=opt_state,
-                           step=state.step + finite.astype(jnp.int32),
-                           skipped=state.skipped + (~finite).astype(jnp.int32))
+    new_state, _, grad_norm = apply_gradients(optimizer, state, grads, loss)
     return new_state, {"nll": loss, "target_tokens": count, "grad_norm": grad_norm}
 
   if mesh is None:
     return jax.jit(step, donate_argnums=0)
   rows = NamedSharding(mesh, PartitionSpec(BATCH_AXES))
   replicated = NamedSharding(mesh, PartitionSpec())
-  jitted = jax.jit(step, in_shardings=(state_shardings, rows),
-                   out_shardings=(state_shardings, replicated), donate_argnums=0)
-
-  def with_mesh(state, batch):
-    with jax.set_mesh(mesh):
-      return jitted(state, batch)
-  return with_mesh
+  return in_mesh(jax.jit(step, in_shardings=(state_shardings, rows),
+                         out_shardings=(state_shardings, replicated), donate_argnums=0), mesh)
 
 
 def make_nll_eval(graphdef, mesh: Mesh | None = None, chunk: int = 128
                   ) -> Callable[[object, dict], tuple[float, float]]:
   """Jitted `(params, batch) -> (nll sum, target token count)` for held-out data."""
-  jitted = jax.jit(lambda params, batch: _nll_sums(graphdef, params, batch, chunk))
-
-  def evaluate(params, batch):
-    if mesh is None:
-      return jitted(params, batch)
-    with jax.set_mesh(mesh):
-      return jitted(params, batch)
-  return evaluate
+  return in_mesh(jax.jit(lambda params, batch: _nll_sums(graphdef, params, batch, chunk)),
+                 mesh)
 
 
 def iterate_batches(examples: Sequence[SFTExample], batch_size: int, epochs: int, seed: int

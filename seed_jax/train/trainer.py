@@ -294,7 +294,7 @@ class Trainer:
         trajs, stats = play_episodes(
             self.sampler, self.tokenizer, pool, self.env.make_agent_format(settings), tasks,
             sft.rollouts_per_task, spec, seed=self.config.seed, group_prefix="sft:",
-            progress=None)
+            desc="stage1 rollout")
       with self.timer("stage1_analysis"):
         analyzer = self._analyzer(sft.analyzer_backend, trajs)
         analyses, astats = analyzer.analyze(trajs)
@@ -392,7 +392,8 @@ class Trainer:
       trajs, stats = play_episodes(
           self.sampler, self.tokenizer, self.pool(), self.fmt, batch_tasks,
           cfg.rollout.group_size, spec, seed=seed, group_prefix=f"{it}:",
-          acting_skills=self.library if self.algorithm.acting_skills else None)
+          acting_skills=self.library if self.algorithm.acting_skills else None,
+          desc=f"iter {it + 1} rollout")
     with self.timer("analysis"):
       stats.update(self.attach_skills(trajs))
     with self.timer("update"):
@@ -469,7 +470,7 @@ class Trainer:
       with self.timer("eval"):
         trajs, stats = play_episodes(self.sampler, self.tokenizer, self.pool(), self.fmt,
                                      tasks, 1, spec, seed=10_007 + step,
-                                     group_prefix=f"eval-{split}:")
+                                     group_prefix=f"eval-{split}:", desc=f"eval {split}")
       results[f"{split}/success"] = stats["success"]
       results[f"{split}/mean_return"] = stats["mean_return"]
       results[f"{split}/invalid_action_rate"] = stats["invalid_action_rate"]

@@ -139,6 +139,24 @@ def test_steps_report_the_info_contract_and_invalid_actions_are_no_ops(config, t
     env.step("look")
 
 
+def test_an_episode_replays_identically_from_its_seed_and_actions(config, train_tasks):
+  # The env pool restores episodes of a crashed worker by replay; this is what it relies on.
+  env = alfworld.make_env(config, with_expert=True)
+  task = next(t for t in train_tasks if t.task_type == "pick_and_place")
+
+  def transcript():
+    _, info = env.reset(task, seed=5)
+    outputs = []
+    done = False
+    while not done:
+      result = env.step(info["expert_action"])
+      info, done = result.info, result.done
+      outputs.append((result.observation, info["expert_action"], info["admissible_actions"]))
+    return outputs
+
+  assert transcript() == transcript()
+
+
 def test_alfworld_data_variable_selects_official_data(monkeypatch, tmp_path):
   config = alfworld.default_config()
   monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
@@ -176,27 +194,29 @@ def test_splits_of_missing_official_data_fail_clearly(tmp_path):
     games.scan_games(tmp_path, "test")
 
 
-def _play(argv):
+def _play(argv, capsys):
+  """Runs `python -m seed_jax.play` in process; returns (printed text, JSON summary)."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   from seed_jax import play  # pylint: disable=g-import-not-at-top
   flags.FLAGS(["play", *argv])
   try:
-    return play.main(["play"])
+    play.main(["play"])
   finally:
     flags.FLAGS.unparse_flags()
+  out = capsys.readouterr().out
+  return out, json.loads(out.strip().splitlines()[-1])
 
 
 def test_play_with_the_expert_through_the_pool_wins_every_type(config, train_tasks, capsys):
-  summary = _play(["--env=alfworld", "--policy=expert", "--episodes=6", "--workers=2",
-                   f"--set=cache_dir={config.cache_dir}", "--set=data_dir=embedded"])
+  out, summary = _play(["--env=alfworld", "--policy=expert", "--episodes=6", "--workers=2",
+                        f"--set=cache_dir={config.cache_dir}", "--set=data_dir=embedded"], capsys)
   assert summary["success"] == 1.0 and summary["failed"] == 0
   assert set(summary["success_per_type"]) == set(alfworld.TASK_TYPES)
-  out = capsys.readouterr().out
   assert "pick_heat_then_place" in out and "overall" in out and "100.0%" in out
 
 
-def test_play_with_the_random_policy_in_process(config, train_tasks):
-  summary = _play(["--env=alfworld", "--policy=random", "--episodes=3", "--seed=1",
-                   f"--set=cache_dir={config.cache_dir}", "--set=data_dir=embedded",
-                   "--set=max_steps=5"])
+def test_play_with_the_random_policy_in_process(config, train_tasks, capsys):
+  _, summary = _play(["--env=alfworld", "--policy=random", "--episodes=3", "--seed=1",
+                      f"--set=cache_dir={config.cache_dir}", "--set=data_dir=embedded",
+                      "--set=max_steps=5"], capsys)
   assert summary["episodes"] == 3 and summary["success"] == 0.0

@@ -99,7 +99,9 @@ def test_a_crashed_worker_fails_its_episode_and_the_batch_goes_on(pool):
   for row, name in ((0, "a"), (4, "e"), (1, "b"), (3, "d")):
     assert results[row].observation == f"{name} seed=0 actions=go,go", row
     assert "failed" not in results[row].info
-  assert pool.step(["win", "go", None, "go", "go"])[0].info["won"]
+  after = pool.step(["win", "go", None, "go", "go"])
+  assert after[0].info["won"] and after[0].observation == "a seed=0 actions=go,go,win"
+  assert after[4].observation == "e seed=0 actions=go,go,go"
 
 
 def test_a_hung_step_times_out_and_the_worker_is_back_for_the_next_episode():

@@ -133,6 +133,19 @@ def test_max_tokens_eos_and_stop_strings(sampler, toy_tokenizer, monkeypatch):
   assert out.lengths[0] == len(out.tokens[0]) == len(out.logprobs[0])
 
 
+def test_chunked_prefill_matches_one_pass(sampler, monkeypatch):
+  # 12 prompts of 60-71 tokens: batch bucket 16, prompt bucket 128, so 1024 // 128 = 8
+  # prompts per prefill chunk (two chunks through lax.map).
+  prompts = [list(range(3 + i, 63 + 2 * i)) for i in range(12)]
+  sampling = SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True)
+  chunked = sampler.generate(prompts, sampling)
+  monkeypatch.setattr(sampler_module, "_PREFILL_TOKENS", 1 << 20)
+  whole = sampler.generate(prompts, sampling)
+  assert chunked.tokens == whole.tokens
+  for a, b in zip(chunked.logprobs, whole.logprobs):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
 def test_compile_count_stays_flat(sampler):
   rng = np.random.default_rng(0)
   warm = [SamplingParams(max_new_tokens=8, temperature=t) for t in (0.0, 1.0)]

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from seed_jax import paths
 from seed_jax.envs.alfworld import games, scenes
 from seed_jax.envs.base import SPLITS, Task
 
@@ -33,8 +34,7 @@ _TYPE_ORDER = tuple(games.TASK_TYPES)  # long ALFWorld names, one per index modu
 
 def default_cache_dir() -> Path:
   """`$SEED_JAX_CACHE/alfworld`, else `~/.cache/seed_jax/alfworld`."""
-  root = os.environ.get("SEED_JAX_CACHE")
-  return (Path(root) if root else Path.home() / ".cache" / "seed_jax") / "alfworld"
+  return paths.cache_root() / "alfworld"
 
 
 def games_root(cache_dir: str | os.PathLike[str] | None, seed: int) -> Path:
@@ -108,6 +108,10 @@ def generate_game(root: Path, seed: int, split: str, index: int, max_steps: int)
         shutil.rmtree(staging, ignore_errors=True)
       return final_dir
     shutil.rmtree(staging, ignore_errors=True)
+    try:
+      final_dir.parent.rmdir()  # leave no empty task folder behind (kept if not empty)
+    except OSError:
+      pass
   raise RuntimeError(f"no solvable {task_type} game for {split}[{index}] after {_MAX_ATTEMPTS} tries")
 
 
