@@ -24,5 +24,5 @@ def _cpu(c):
   # Few generated games, so that the first run generates and checks them in about a minute;
   # a turn limit the expert meets on most pick / look / clean games.
   c.env.num_games = {"train": 12, "valid_seen": 6, "valid_unseen": 6}
-  c.env.max_steps = 12
+  c.env.max_steps = 8
   c.env.history_length = 1

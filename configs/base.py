@@ -127,7 +127,7 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.rollout.tasks_per_batch = 2
   c.rollout.group_size = 2
   c.rollout.max_new_tokens = 40
-  c.rollout.max_prompt_tokens = 1024
+  c.rollout.max_prompt_tokens = 768
   c.analyzer.backend = "oracle"
   c.analyzer.max_new_tokens = 96
   c.rl.iterations = 2
@@ -142,9 +142,9 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.sft.batch_size = 4
   c.sft.max_tokens = 1024
   c.bc.enabled = True
-  c.bc.episodes = 6
+  c.bc.episodes = 4
   c.bc.epochs = 2
-  c.bc.learning_rate = 3e-5
+  c.bc.learning_rate = 1e-4
   c.eval.every = 0
   c.eval.max_episodes = 3
   c.checkpoint.keep = 2

@@ -9,6 +9,7 @@ Re-running with the `--workdir` of a stopped run resumes it from its last checkp
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Sequence
 
@@ -37,7 +38,15 @@ def main(argv: Sequence[str]) -> None:
   if _MULTIHOST.value:
     import jax  # pylint: disable=import-outside-toplevel
     jax.distributed.initialize()
+  sys.stdout.reconfigure(line_buffering=True)  # progress lines appear as they happen
+  if not flags.FLAGS["verbosity"].present:  # library INFO chatter only on request
+    logging.set_verbosity(logging.WARNING)
   config = _CONFIG.value
+  from seed_jax.train.config import ConfigError, validate_config  # pylint: disable=import-outside-toplevel
+  try:
+    validate_config(config)
+  except ConfigError as e:
+    raise app.UsageError(str(e)) from None
   workdir = _WORKDIR.value or config.workdir or default_workdir(config)
   logging.info("workdir %s", workdir)
   print(f"seed_jax: {config.algorithm} on {config.env.name}, workdir {workdir}")

@@ -58,9 +58,48 @@ def sample_tokens(keys: Array, logits: Array, temperature: Array, top_p: Array, 
       lambda: jnp.argmax(logits, axis=-1).astype(jnp.int32))
 
 
+def categorical(keys: Array, logits: Array) -> Array:
+  """One draw per row from `softmax(logits)` `[B, V]` by inverting the CDF.
+
+  One uniform per row instead of `jax.random.categorical`'s Gumbel noise over the whole
+  vocabulary: ~6x cheaper on XLA:CPU at V = 49k (a decode step's largest sampling cost).
+  Tokens of zero probability (filtered to -inf) are never drawn: a draw picks the first
+  token whose cumulative mass exceeds `u * total`, u in [0, 1).
+  """
+  uniform = jax.vmap(jax.random.uniform)(keys)  # [B]
+  probs = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+  cdf = jnp.cumsum(probs, axis=-1)
+  threshold = uniform[:, None] * cdf[:, -1:]
+  index = jnp.sum(cdf <= threshold, axis=-1)
+  return jnp.minimum(index, logits.shape[-1] - 1).astype(jnp.int32)
+
+
+def _nucleus_draw(keys: Array, scaled: Array, top_p: Array, iterations: int = 32) -> Array:
+  """Top-p over the whole vocabulary without sorting it.
+
+  The nucleus is every token whose logit is >= the cut-off c, the largest value such that
+  the tokens at or above c hold at least `top_p` of the mass (what the sort-based rule
+  keeps, ties at the cut-off included). c is found by bisection on the logit value: 32
+  masked sums over `[B, V]` (~2 ms at B=8, V=49k on XLA:CPU, against ~65 ms for a full
+  sort), to a resolution of range / 2^32, below float32 spacing.
+  """
+  top = jnp.max(scaled, axis=-1, keepdims=True)
+  weights = jnp.exp(scaled - top)
+  needed = top_p * jnp.sum(weights, axis=-1, keepdims=True)
+  low = jnp.min(jnp.where(jnp.isfinite(scaled), scaled, top), axis=-1, keepdims=True)
+
+  def halve(_, bounds):
+    low, high = bounds  # invariant: the tokens >= low hold at least `needed`
+    mid = (low + high) / 2
+    enough = jnp.sum(jnp.where(scaled >= mid, weights, 0.0), axis=-1, keepdims=True) >= needed
+    return jnp.where(enough, mid, low), jnp.where(enough, high, mid)
+
+  cutoff, _ = jax.lax.fori_loop(0, iterations, halve, (low, top))
+  return categorical(keys, jnp.where(scaled >= cutoff, scaled, _NEG_INF))
+
+
 def _draw(keys: Array, scaled: Array, top_p: Array, top_k: int, use_top_p: bool) -> Array:
   """Samples from temperature-scaled logits `[B, V]` after the static filters."""
-  categorical = jax.vmap(jax.random.categorical)
 
   if top_k > 0:
     k = min(top_k, scaled.shape[-1])
@@ -70,11 +109,7 @@ def _draw(keys: Array, scaled: Array, top_p: Array, top_k: int, use_top_p: bool)
     choice = categorical(keys, top_values)
     sampled = jnp.take_along_axis(top_ids, choice[:, None], axis=-1)[:, 0]
   elif use_top_p:
-    sorted_desc = -jnp.sort(-scaled, axis=-1)
-    keep = _nucleus_keep(sorted_desc, top_p)
-    # The smallest kept logit is the cut-off; ties at the cut-off are kept as well.
-    threshold = jnp.min(jnp.where(keep, sorted_desc, jnp.inf), axis=-1, keepdims=True)
-    sampled = categorical(keys, jnp.where(scaled >= threshold, scaled, _NEG_INF))
+    sampled = _nucleus_draw(keys, scaled, top_p)
   else:
     sampled = categorical(keys, scaled)
   return sampled.astype(jnp.int32)

@@ -8,9 +8,10 @@ default), the prompt batch Bp (powers of two), the output buffer N (max_new_toke
 up to a power of two) and the stop-table rows (multiples of 32); the decode batch is
 `max(2, Bp * num_samples)` (a one-row bf16 matmul is pathologically slow on XLA:CPU). The
 cache length is `min(P + N, max_cache_len)`. On one device the prefill runs ~1k prompt
-tokens at a time (a `lax.map` over prompt chunks), which XLA:CPU runs ~2x faster. Sampling values (temperature, top_p,
-max_new_tokens, eos ids, stop strings' table) are traced, so they never recompile; only
-whether top-k / top-p filtering runs at all, and k, are static.
+tokens at a time (a `lax.map` over prompt chunks), which XLA:CPU runs ~2x faster.
+Sampling values (temperature, top_p, max_new_tokens, eos ids, the stop strings' table) are
+traced, so they never recompile; only whether top-k / top-p filtering runs at all, and k,
+are static.
 """
 
 from __future__ import annotations
@@ -194,7 +195,7 @@ class Sampler:
     batch = _round_up(len(prompt_ids), self.batch_buckets, "number of prompts")
     if self.mesh is not None:  # keep the batch divisible by the batch-sharded axes
       shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-      batch = -(-batch // shards) * shards if batch * sampling.num_samples > 1 else batch
+      batch = -(-batch // shards) * shards
     max_new_bucket = _round_up(sampling.max_new_tokens, None, "max_new_tokens")
     cache_len = min(prompt_len + max_new_bucket, self.max_cache_len)
     # Token i is written at slot P + i when fed back; the last token is never fed.
@@ -217,7 +218,13 @@ class Sampler:
     """Samples `sampling.num_samples` continuations of each prompt (see `SampleOutput`).
 
     A run is reproducible for a given seed and request (each row's random stream depends
-    on the seed, its row index and the step, not on batch padding).
+    on the seed, its row index and the step, not on batch padding). A row gets at most
+    `max_cache_len - prompt_bucket + 1` new tokens; past that it stops as "max_tokens".
+
+    Args:
+      prompt_ids: token ids per prompt (at least one each, at most `max_cache_len`).
+      sampling: see `SamplingParams`.
+      seed: the PRNG seed (unused when greedy).
     """
     prompt_ids = [list(map(int, p)) for p in prompt_ids]
     if not prompt_ids or any(len(p) == 0 for p in prompt_ids):

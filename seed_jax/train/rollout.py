@@ -84,8 +84,7 @@ def _fit_prompt(fmt: AgentFormat, tokenizer: Tokenizer, row: _Row, skill: str | 
 def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat,
                   tasks: Sequence[Task], group_size: int, spec: RolloutSpec, *, seed: int,
                   group_prefix: str = "", acting_skills: dict[str, str] | None = None,
-                  progress: Callable[[int], None] | None = None
-                  ) -> tuple[list[Trajectory], dict[str, float]]:
+                  desc: str = "rollout") -> tuple[list[Trajectory], dict[str, float]]:
   """Plays `group_size` episodes of every task; returns trajectories and statistics.
 
   Args:

@@ -35,11 +35,10 @@ def tasks_per_type(tasks: Sequence[Task], per_type: int) -> list[Task]:
 
 
 def bc_examples(tokenizer, demos: Sequence[Demonstration]) -> list[SFTExample]:
-  """(acting prompt, expert response) pairs from successful expert episodes."""
+  """(acting prompt, expert response) pairs from every expert step: an episode the turn
+  limit cut short still shows correct moves."""
   examples = []
   for demo in demos:
-    if not demo.won:
-      continue
     for message, action in zip(demo.messages, demo.actions):
       examples.append(SFTExample(chat_prompt_ids(tokenizer, message),
                                  tokenizer.encode(expert_response(action))))

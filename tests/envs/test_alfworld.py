@@ -114,12 +114,12 @@ def test_valid_unseen_comes_from_held_out_floor_plans_only(train_tasks, unseen_t
 
 
 def test_generation_is_deterministic_and_cached(config, tmp_path, train_tasks):
-  again = generator.generate_game(tmp_path, config.seed, "train", 0, config.max_steps)
+  again = generator.generate_game(tmp_path, config.seed, "train", 0)
   first = Path(train_tasks[0].payload["game_file"]).parent
   assert again.name == first.name and again.parent.name == first.parent.name
   assert (again / games.GAME_FILE).read_text() == (first / games.GAME_FILE).read_text()
   # A second call finds the cached game instead of generating it.
-  assert generator.generate_game(tmp_path, config.seed, "train", 0, config.max_steps) == again
+  assert generator.generate_game(tmp_path, config.seed, "train", 0) == again
 
 
 def test_steps_report_the_info_contract_and_invalid_actions_are_no_ops(config, train_tasks):
@@ -220,3 +220,10 @@ def test_play_with_the_random_policy_in_process(config, train_tasks, capsys):
                       f"--set=cache_dir={config.cache_dir}", "--set=data_dir=embedded",
                       "--set=max_steps=5"], capsys)
   assert summary["episodes"] == 3 and summary["success"] == 0.0
+
+
+def test_the_game_set_does_not_depend_on_the_turn_limit(config, train_tasks):
+  short = config.copy_and_resolve_references()
+  short.max_steps = 5  # shorter than most expert solutions: the same games all the same
+  assert [t.task_id for t in alfworld.load_tasks(short, "train")] == [
+      t.task_id for t in train_tasks]

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seed_jax.sampling.logits import sample_tokens, token_logprobs
+from seed_jax.sampling.logits import categorical, sample_tokens, token_logprobs
 
 
 def _keys(n, seed=0):
@@ -58,3 +58,27 @@ def test_top_k_and_top_p_keep_only_the_head():
   assert set(_draw(logits, 4000, top_p=0.75)) == {1, 3, 4}
   assert set(_draw(logits, 4000, top_p=0.75, top_k=2)) == {1, 3}
   assert set(_draw(logits, 2000, top_p=0.3)) == {1}  # the top token is always kept
+
+
+def test_categorical_never_draws_filtered_tokens():
+  logits = jnp.asarray([[-jnp.inf, 0.0, -jnp.inf, 1.0, -jnp.inf]] * 4000, jnp.float32)
+  drawn = np.asarray(categorical(_keys(4000), logits))
+  assert set(drawn) == {1, 3}
+  np.testing.assert_allclose(np.mean(drawn == 3), np.e / (1 + np.e), atol=0.03)
+
+
+def test_top_p_cutoff_matches_the_sorted_rule():
+  # A wide nucleus on a flat row: 500 tied tokens (ties at the cut-off are all kept).
+  logits = np.full(600, -30.0, np.float32)
+  logits[:500] = 0.0
+  drawn = _draw(logits, 4000, top_p=0.9)
+  assert drawn.max() < 500 and len(set(drawn)) > 300
+  # Random rows: the kept set equals the smallest sorted prefix reaching top_p.
+  rng = np.random.default_rng(3)
+  for top_p in (0.3, 0.8, 0.95):
+    row = rng.normal(size=200).astype(np.float32) * 2
+    probs = np.exp(row - row.max()) / np.exp(row - row.max()).sum()
+    order = np.argsort(-row)
+    count = int(np.searchsorted(np.cumsum(probs[order]), top_p) + 1)
+    expected = set(order[:count].tolist())
+    assert set(_draw(row, 6000, top_p=top_p)) == expected

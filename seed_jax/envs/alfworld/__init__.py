@@ -67,7 +67,7 @@ def load_tasks(config: ml_collections.ConfigDict, split: str) -> list[Task]:
   else:
     root = generator.games_root(config.cache_dir or None, config.seed)
     tasks = generator.generated_tasks(root, config.seed, split, config.num_games[split],
-                                      config.max_steps, config.generate_workers)
+                                      config.generate_workers)
   return [t for t in tasks if t.task_type in tuple(config.task_types)]
 
 

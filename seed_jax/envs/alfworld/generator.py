@@ -27,7 +27,7 @@ from seed_jax.envs.alfworld import games, scenes
 from seed_jax.envs.base import SPLITS, Task
 
 # Bump when generated games change, so stale caches are not reused.
-GENERATOR_VERSION = "v1"
+GENERATOR_VERSION = "v2"  # v2: games checked within SOLVABLE_WITHIN steps, not the run's limit
 _MAX_ATTEMPTS = 40
 _TYPE_ORDER = tuple(games.TASK_TYPES)  # long ALFWorld names, one per index modulo 6
 
@@ -53,12 +53,16 @@ def _trial_name(split: str, index: int) -> str:
   return f"trial_{split}_{index:05d}"
 
 
+# Generated games are checked with the paper's ALFWorld turn limit.
+SOLVABLE_WITHIN = 50
+
+
 def _game_rng(seed: int, split: str, index: int, attempt: int) -> random.Random:
   digest = hashlib.sha256(f"{seed}/{split}/{index}/{attempt}".encode()).digest()
   return random.Random(int.from_bytes(digest[:8], "little"))
 
 
-def expert_wins(game_dir: Path, task_type: str, max_steps: int, seed: int = 0) -> bool:
+def expert_wins(game_dir: Path, task_type: str, max_steps: int = 50, seed: int = 0) -> bool:
   """Plays the handcoded expert on a game folder in the real engine; True when it wins."""
   from seed_jax.envs.alfworld.engine import AlfWorldEnv  # pylint: disable=g-import-not-at-top
   env = AlfWorldEnv(max_steps=max_steps, with_expert=True)
@@ -78,8 +82,11 @@ def expert_wins(game_dir: Path, task_type: str, max_steps: int, seed: int = 0) -
     env.close()
 
 
-def generate_game(root: Path, seed: int, split: str, index: int, max_steps: int) -> Path:
-  """Generates (or finds in the cache) game `index` of `split`; returns its folder."""
+def generate_game(root: Path, seed: int, split: str, index: int) -> Path:
+  """Generates (or finds in the cache) game `index` of `split`; returns its folder.
+
+  A game is kept when the expert wins it within `SOLVABLE_WITHIN` steps, whatever turn
+  limit a run uses, so the set of games never depends on the run's settings."""
   split_dir = _split_dir(root, split)
   existing = sorted(split_dir.glob(f"*/{_trial_name(split, index)}"))
   if existing:
@@ -101,7 +108,7 @@ def generate_game(root: Path, seed: int, split: str, index: int, max_steps: int)
     traj = spec.traj_data(task_id=_trial_name(split, index),
                           extra={"version": GENERATOR_VERSION, "seed": seed, "attempt": attempt})
     (staging / games.TRAJ_FILE).write_text(json.dumps(traj, indent=1))
-    if expert_wins(staging, games.TASK_TYPES[task_type], max_steps):
+    if expert_wins(staging, games.TASK_TYPES[task_type], SOLVABLE_WITHIN):
       try:
         staging.rename(final_dir)
       except OSError:  # another process cached the same game first: keep theirs
@@ -119,14 +126,14 @@ def _generate_one(args: tuple) -> str:
   return str(generate_game(*args))
 
 
-def ensure_games(root: Path, seed: int, split: str, num_games: int, max_steps: int,
+def ensure_games(root: Path, seed: int, split: str, num_games: int,
                  num_workers: int = 0) -> list[Path]:
   """Makes sure games 0..num_games-1 of `split` exist under `root`; returns their folders.
 
   Missing games are generated in `num_workers` processes (0: one per CPU), which takes a
   second or a few per game, once.
   """
-  jobs = [(root, seed, split, i, max_steps) for i in range(num_games)]
+  jobs = [(root, seed, split, i) for i in range(num_games)]
   split_dir = _split_dir(root, split)
   missing = [j for j in jobs if not list(split_dir.glob(f"*/{_trial_name(split, j[3])}"))]
   num_workers = num_workers or os.cpu_count() or 1
@@ -144,11 +151,11 @@ def ensure_games(root: Path, seed: int, split: str, num_games: int, max_steps: i
   return [generate_game(*job) for job in jobs]  # all cached now: cheap look-ups
 
 
-def generated_tasks(root: Path, seed: int, split: str, num_games: int, max_steps: int,
+def generated_tasks(root: Path, seed: int, split: str, num_games: int,
                     num_workers: int = 0) -> list[Task]:
   """Tasks of the first `num_games` generated games of a split, in index order."""
   tasks = []
-  for game_dir in ensure_games(root, seed, split, num_games, max_steps, num_workers):
+  for game_dir in ensure_games(root, seed, split, num_games, num_workers):
     traj = json.loads((game_dir / games.TRAJ_FILE).read_text())
     tasks.append(Task(
         env="alfworld",
