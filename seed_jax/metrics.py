@@ -8,9 +8,11 @@ hold two versions of the same step.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -117,6 +119,16 @@ def plot_curves(workdir: str, keys_by_phase: dict[str, list[str]]) -> list[str]:
   return paths
 
 
+def write_summary(workdir: str, summary: dict[str, Any]) -> str:
+  """Writes summary.json and summary.txt (the table) into `workdir`; returns the table."""
+  table = format_table(list(summary.items()), "summary")
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+  with open(os.path.join(workdir, "summary.txt"), "w") as f:
+    f.write(table + "\n")
+  return table
+
+
 def format_table(rows: list[tuple[str, Any]], title: str) -> str:
   """A plain two-column text table for the end-of-run summary."""
   width = max([len(k) for k, _ in rows] + [len(title)])
@@ -125,3 +137,16 @@ def format_table(rows: list[tuple[str, Any]], title: str) -> str:
     shown = f"{value:.4g}" if isinstance(value, float) else str(value)
     lines.append(f"{key:<{width}}  {shown}")
   return "\n".join(lines)
+
+
+class Timer:
+  """Accumulates wall time per phase: `with timer("rollout"): ...`."""
+
+  def __init__(self):
+    self.seconds: dict[str, float] = {}
+
+  @contextlib.contextmanager
+  def __call__(self, name: str):
+    start = time.perf_counter()
+    yield
+    self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start

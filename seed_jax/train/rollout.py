@@ -55,6 +55,7 @@ class _Row:
   history: list[Turn] = dataclasses.field(default_factory=list)
   steps: list[StepRecord] = dataclasses.field(default_factory=list)
   reward: float = 0.0
+  scores: dict[str, float] = dataclasses.field(default_factory=dict)
   won: bool = False
   done: bool = False
   failed: str = ""
@@ -134,6 +135,7 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
       row.observation = result.observation
       row.admissible = result.info.get("admissible_actions")
       row.won = bool(result.info.get("won", False))
+      row.scores.update({k: float(v) for k, v in result.info.items() if k.endswith("_score")})
       if result.done or turn == spec.max_turns - 1:
         row.done = True
         row.failed = str(result.info.get("failed", ""))
@@ -142,7 +144,8 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
   trajectories = [Trajectory(
       task_id=r.task.task_id, group_id=r.group_id, traj_id=r.traj_id, won=r.won,
       episode_reward=r.reward, steps=r.steps, task=r.instruction,
-      info={"goal": r.instruction, "task_type": r.task.task_type, "failed": r.failed})
+      info={"goal": r.instruction, "task_type": r.task.task_type, "failed": r.failed,
+            **r.scores})
       for r in rows]
   num_steps = sum(len(r.steps) for r in rows)
   stats.update(

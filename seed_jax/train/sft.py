@@ -8,6 +8,7 @@ the loss is the negative log-likelihood of the last R positions under an explici
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Sequence
 
 import jax
@@ -15,11 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from tqdm.auto import tqdm
 
 from seed_jax.parallel.mesh import in_mesh
 from seed_jax.seed import optim
 from seed_jax.seed.logprobs import response_logprobs
-from seed_jax.seed.train_step import BATCH_AXES, TrainState, apply_gradients
+from seed_jax.seed.train_step import (BATCH_AXES, TrainState, apply_gradients,
+                                      init_train_state, train_state_shardings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,3 +107,37 @@ def iterate_batches(examples: Sequence[SFTExample], batch_size: int, epochs: int
     for start in range(0, len(order), batch_size):
       batches.append([examples[i] for i in order[start:start + batch_size]])
   return batches
+
+
+def fine_tune(graphdef, params, examples: Sequence[SFTExample],
+              holdout: Sequence[SFTExample] = (), *, mesh: Mesh, epochs: int, batch_size: int,
+              learning_rate: float, warmup_fraction: float, b2: float, weight_decay: float,
+              grad_clip: float, pad_id: int, max_tokens: int, chunk: int, seed: int,
+              log: Callable[..., object], desc: str = "sft"):
+  """NLL fine-tuning with AdamW on a cosine schedule; returns the new parameters.
+
+  `log(step, metrics)` receives every step's metrics and, with `holdout`,
+  `log(steps, {"nll", "examples"}, "_holdout")` once at the end.
+  """
+  batches = iterate_batches(examples, batch_size, epochs, seed)
+  warmup = int(len(batches) * warmup_fraction)
+  optim_cfg = optim.OptimConfig(learning_rate=learning_rate, schedule="cosine",
+                                warmup_steps=warmup, total_steps=max(len(batches), warmup + 1),
+                                b2=b2, weight_decay=weight_decay, grad_clip=grad_clip)
+  shardings = train_state_shardings(params, mesh, optim_cfg)
+  state = init_train_state(params, optim_cfg, shardings)
+  step_fn = make_nll_step(graphdef, optim_cfg, mesh, shardings, chunk)
+  data_parallel = mesh.shape["data"] * mesh.shape["fsdp"]
+  pack = functools.partial(pack_examples, pad_id=pad_id, max_len=max_tokens,
+                           rows_multiple=data_parallel * -(-batch_size // data_parallel))
+  for i, batch in enumerate(tqdm(batches, desc=desc, unit="step")):
+    state, metrics = step_fn(state, pack(batch))
+    log(i, {k: float(v) for k, v in metrics.items()})
+  if holdout:
+    evaluate = make_nll_eval(graphdef, mesh, chunk)
+    total, count = 0.0, 0.0
+    for start in range(0, len(holdout), batch_size):
+      s, c = evaluate(state.params, pack(holdout[start:start + batch_size]))
+      total, count = total + float(s), count + float(c)
+    log(len(batches), {"nll": total / max(count, 1.0), "examples": len(holdout)}, "_holdout")
+  return state.params

@@ -8,11 +8,8 @@ checkpointed, so a run resumed from its last checkpoint continues exactly where 
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import time
 from typing import Any
 
 import jax
@@ -40,41 +37,11 @@ from seed_jax.train.algorithms import get_algorithm
 from seed_jax.train.config import validate_config
 from seed_jax.train.expert import collect_demonstrations
 from seed_jax.train.rollout import RolloutSpec, chat_prompt_ids, play_episodes
-from seed_jax.train.sft import (iterate_batches, make_nll_eval, make_nll_step, pack_examples)
+from seed_jax.train.sft import fine_tune
+from seed_jax.train.tasks import TaskIterator
+from seed_jax.train.evaluate import split_results
 
 log = logging.getLogger(__name__)
-
-
-class TaskIterator:
-  """Endless epochs over the train tasks, each shuffled from (seed, epoch); the whole
-  state is `cursor`, the number of tasks handed out so far."""
-
-  def __init__(self, tasks, seed: int, cursor: int = 0):
-    if not tasks:
-      raise ValueError("the train split has no tasks")
-    self.tasks, self.seed, self.cursor = list(tasks), seed, cursor
-
-  def take(self, n: int) -> list:
-    out = []
-    for _ in range(n):
-      epoch, index = divmod(self.cursor, len(self.tasks))
-      order = np.random.default_rng([self.seed, epoch]).permutation(len(self.tasks))
-      out.append(self.tasks[order[index]])
-      self.cursor += 1
-    return out
-
-
-class Timer:
-  """Accumulates wall time per phase: `with timer("rollout"): ...`."""
-
-  def __init__(self):
-    self.seconds: dict[str, float] = {}
-
-  @contextlib.contextmanager
-  def __call__(self, name: str):
-    start = time.perf_counter()
-    yield
-    self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
 def env_settings(config: ml_collections.ConfigDict, **overrides) -> ml_collections.ConfigDict:
@@ -127,7 +94,7 @@ class Trainer:
     self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"),
                                      keep=config.checkpoint.keep)
     self.metrics = metrics_lib.MetricsWriter(self.workdir, config.log.tensorboard)
-    self.timer = Timer()
+    self.timer = metrics_lib.Timer()
     self.host: dict[str, Any] = {"stage": "start", "iteration": 0, "task_cursor": 0}
     self.library: dict[str, str] = {}
     self._pool: EnvPool | None = None
@@ -152,9 +119,6 @@ class Trainer:
                            self.config.pool.num_workers, self.config.pool.step_timeout_s,
                            with_expert=True, seed=self.config.seed)
     return self._pool
-
-  def _rows_multiple(self) -> int:
-    return self.config.rl.micro_batch_size * self.micro_batches
 
   def _sync_sampler(self) -> None:
     self.sampler.update_params(self.state.params)
@@ -224,42 +188,19 @@ class Trainer:
     self.host.update(stage="rl", iteration=0, task_cursor=0)
     self.save()
 
-  def _fine_tune(self, examples, *, phase: str, epochs: int, batch_size: int,
-                 learning_rate: float, warmup_fraction: float, b2: float,
-                 weight_decay: float, holdout=()) -> None:
-    """NLL fine-tuning of the current parameters; fresh optimizer state afterwards."""
+  def _fine_tune(self, examples, *, phase: str, holdout=(), **hyper) -> None:
+    """NLL fine-tuning of the current parameters (sft.fine_tune); the RL optimizer state
+    starts afresh afterwards."""
     if not examples:
       print(f"[{phase}] no examples: skipped")
       return
-    batches = iterate_batches(examples, batch_size, epochs, self.config.seed)
-    total = len(batches)
-    optim_cfg = OptimConfig(learning_rate=learning_rate, schedule="cosine",
-                            warmup_steps=int(total * warmup_fraction),
-                            total_steps=max(total, int(total * warmup_fraction) + 1), b2=b2,
-                            weight_decay=weight_decay, grad_clip=self.config.rl.grad_clip)
-    shardings = train_state_shardings(self.state.params, self.mesh, optim_cfg)
-    state = init_train_state(self.state.params, optim_cfg, shardings)
-    step_fn = make_nll_step(self.graphdef, optim_cfg, self.mesh, shardings,
-                            self.config.rl.logprob_chunk)
-    pad = self.tokenizer.pad_id
-    multiple = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-    for i, batch in enumerate(tqdm(batches, desc=phase, unit="step")):
-      packed = pack_examples(batch, pad_id=pad, max_len=self.config.sft.max_tokens,
-                             rows_multiple=multiple * -(-batch_size // multiple))
-      state, m = step_fn(state, packed)
-      self.metrics.write(i, phase, {k: float(v) for k, v in m.items()})
-    if holdout:
-      evaluate = make_nll_eval(self.graphdef, self.mesh, self.config.rl.logprob_chunk)
-      nll, count = 0.0, 0.0
-      for start in range(0, len(holdout), batch_size):
-        packed = pack_examples(holdout[start:start + batch_size], pad_id=pad,
-                               max_len=self.config.sft.max_tokens,
-                               rows_multiple=multiple * -(-batch_size // multiple))
-        s, c = evaluate(state.params, packed)
-        nll, count = nll + float(s), count + float(c)
-      self.metrics.write(total, phase + "_holdout", {"nll": nll / max(count, 1.0),
-                                                     "examples": len(holdout)})
-    self.state = init_train_state(state.params, self.rl_optim, self.state_shardings)
+    params = fine_tune(
+        self.graphdef, self.state.params, examples, holdout, mesh=self.mesh,
+        pad_id=self.tokenizer.pad_id, max_tokens=self.config.sft.max_tokens,
+        grad_clip=self.config.rl.grad_clip, chunk=self.config.rl.logprob_chunk,
+        seed=self.config.seed, log=lambda step, metrics, suffix="": self.metrics.write(
+            step, phase + suffix, metrics), desc=phase, **hyper)
+    self.state = init_train_state(params, self.rl_optim, self.state_shardings)
     self._sync_sampler()
 
   def behaviour_cloning(self) -> None:
@@ -421,7 +362,7 @@ class Trainer:
         pad_id=self.tokenizer.pad_id, invalid_penalty=cfg.rl.invalid_penalty,
         norm_by_std=cfg.rl.normalize_std), with_teacher=opd)
     resp_len = cfg.rollout.max_new_tokens
-    if opd and self.train_step_teacher_mode == "precomputed":
+    if opd and cfg.rl.teacher_mode == "precomputed":
       batch["teacher_logprobs"] = self._score_rows(self.state.params, batch["teacher_tokens"],
                                                    batch["teacher_mask"], resp_len)
     if cfg.rl.kl_coef > 0:
@@ -439,10 +380,6 @@ class Trainer:
            for k, v in sums.items()}
     out.update({f"batch_{k}": v for k, v in bstats.items()})
     return out
-
-  @property
-  def train_step_teacher_mode(self) -> str:
-    return self.config.rl.teacher_mode
 
   def _score_rows(self, params, tokens, mask, resp_len) -> np.ndarray:
     """Log-probs `[B, R]` in chunks of mini-batch rows (the shapes the step compiles)."""
@@ -471,12 +408,7 @@ class Trainer:
         trajs, stats = play_episodes(self.sampler, self.tokenizer, self.pool(), self.fmt,
                                      tasks, 1, spec, seed=10_007 + step,
                                      group_prefix=f"eval-{split}:", desc=f"eval {split}")
-      results[f"{split}/success"] = stats["success"]
-      results[f"{split}/mean_return"] = stats["mean_return"]
-      results[f"{split}/invalid_action_rate"] = stats["invalid_action_rate"]
-      for task_type in sorted({t.task_type for t in tasks}):
-        won = [tr.won for tr, ta in zip(trajs, tasks) if ta.task_type == task_type]
-        results[f"{split}/{task_type}"] = float(np.mean(won))
+      results.update(split_results(split, tasks, trajs, stats))
     self.metrics.write(step, "eval", results)
     print(metrics_lib.format_table(sorted(results.items()), f"evaluation at iteration {step}"))
     return results
@@ -494,10 +426,5 @@ class Trainer:
           "eval": sorted(final_eval)})
     summary = {"algorithm": self.config.algorithm, "env": self.config.env.name,
                "iterations": self.host["iteration"], **final_eval}
-    table = metrics_lib.format_table(list(summary.items()), "summary")
-    with open(os.path.join(self.workdir, "summary.json"), "w") as f:
-      json.dump(summary, f, indent=2)
-    with open(os.path.join(self.workdir, "summary.txt"), "w") as f:
-      f.write(table + "\n")
-    print(table)
+    print(metrics_lib.write_summary(self.workdir, summary))
     return summary
