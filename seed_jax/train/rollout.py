@@ -91,7 +91,8 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
   Args:
     pool: an `EnvPool` (or anything with its reset/step API) sized for the rows.
     tasks: the batch's tasks; task i's episodes form GRPO group `f"{group_prefix}{i}"`.
-    seed: base seed of env resets and sampling (each turn uses `seed + turn`).
+    seed: base seed of the env resets and of sampling (each turn draws from its own
+      seed derived from `seed` and the turn), so an iteration replays exactly.
     acting_skills: Skill-GRPO: task_type -> skill placed in the acting prompt.
     desc: label of the progress bar (one tick per turn, live episodes shown).
   Returns:
@@ -135,7 +136,8 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
       row.observation = result.observation
       row.admissible = result.info.get("admissible_actions")
       row.won = bool(result.info.get("won", False))
-      row.scores.update({k: float(v) for k, v in result.info.items() if k.endswith("_score")})
+      row.scores.update({key: float(value) for key, value in result.info.items()
+                         if key.endswith("_score")})
       if result.done or turn == spec.max_turns - 1:
         row.done = True
         row.failed = str(result.info.get("failed", ""))
