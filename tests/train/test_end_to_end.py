@@ -98,3 +98,45 @@ def test_interrupted_then_resumed_equals_uninterrupted(tiny_model, tmp_path):
   steps = [r["step"] for r in read_metrics(os.path.join(resumed, "metrics.jsonl"))
            if r["phase"] == "train"]
   assert steps == [1, 2]
+
+
+def test_a_run_killed_while_saving_resumes_from_the_previous_checkpoint(tiny_model, tmp_path):
+  """The child dies inside the save of iteration 1 (after iteration 0's was committed);
+  the same command then resumes from iteration 0 and finishes."""
+  import subprocess
+  import sys
+  import textwrap
+  workdir = str(tmp_path / "run")
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  child = textwrap.dedent(f"""
+      import os, sys
+      sys.path.insert(0, {repo!r})
+      from orbax.checkpoint._src.path import atomicity
+      from seed_jax.checkpoint import Checkpointer
+      from seed_jax.train.trainer import Trainer
+      from tests.train.test_end_to_end import tiny_config
+      saves = []
+      original = Checkpointer.save
+      def save(self, step, *args):
+        saves.append(step)
+        if len(saves) == 2:  # the save after RL iteration 1: die before it commits
+          async def die(*a, **k):
+            os._exit(17)
+          for cls in (atomicity.AtomicRenameTemporaryPath, atomicity.CommitFileTemporaryPath):
+            cls.finalize = die
+        return original(self, step, *args)
+      Checkpointer.save = save
+      Trainer(tiny_config({tiny_model!r}, "grpo", iterations=2), {workdir!r}).run()
+  """)
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=900, env=env, cwd=repo)
+  assert result.returncode == 17, result.stdout[-2000:] + result.stderr[-2000:]
+  trainer = Trainer(tiny_config(tiny_model, "grpo", iterations=2), workdir)
+  assert trainer.checkpointer.latest_step() == 0  # iteration 1's save never committed
+  summary = trainer.run()
+  assert summary["iterations"] == 2
+  steps = [r["step"] for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
+           if r["phase"] == "train"]
+  assert steps == [1, 2]
