@@ -89,3 +89,9 @@ def history_window(turns: Sequence[Turn], history_length: int) -> list[tuple[int
   else:
     first = max(0, len(turns) - history_length)
   return [(index + 1, turns[index]) for index in range(first, len(turns))]
+
+
+def format_history(numbered_turns: Sequence[tuple[int, Turn]]) -> str:
+  """`[Observation k: '...', Action k: '...']` lines, oldest first (verl-agent's layout)."""
+  return "\n".join(f"[Observation {k}: '{turn.observation}', Action {k}: '{turn.action}']"
+                   for k, turn in numbered_turns)

@@ -91,6 +91,20 @@ class BatchConfig:
   eps: float = 1e-6
 
 
+def place_row(tokens: np.ndarray, mask: np.ndarray, row: int, prompt: Sequence[int],
+              response: Sequence[int], prompt_len: int) -> bool:
+  """Writes `prompt` left-padded to `prompt_len` then `response` into row `row` of
+  `tokens` / `mask` `[B, P + R]`; a longer prompt keeps its last tokens. Returns whether
+  the prompt was truncated. The one row layout of RL and SFT batches."""
+  truncated = len(prompt) > prompt_len
+  prompt = list(prompt)[-prompt_len:]
+  response = list(response)
+  tokens[row, prompt_len - len(prompt):prompt_len] = prompt
+  tokens[row, prompt_len:prompt_len + len(response)] = response
+  mask[row, prompt_len - len(prompt):prompt_len + len(response)] = True
+  return truncated
+
+
 def _round_up(value: int, multiple: int) -> int:
   return -(-max(value, 1) // multiple) * multiple
 
@@ -144,13 +158,7 @@ def build_batch(
            "truncated_prompts": 0, "truncated_responses": 0, "opd_rows": 0}
 
   def place(tokens, mask, row, prompt, response):
-    prompt = list(prompt)
-    if len(prompt) > prompt_len:
-      stats["truncated_prompts"] += 1
-      prompt = prompt[-prompt_len:]
-    tokens[row, prompt_len - len(prompt):prompt_len] = prompt
-    tokens[row, prompt_len:prompt_len + len(response)] = response
-    mask[row, prompt_len - len(prompt):prompt_len + len(response)] = True
+    stats["truncated_prompts"] += place_row(tokens, mask, row, prompt, response, prompt_len)
 
   for row, (step, advantage) in enumerate(steps):
     if len(step.response_ids) != len(step.sampler_logprobs):

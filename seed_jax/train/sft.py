@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from seed_jax.parallel.mesh import in_mesh
 from seed_jax.seed import optim
+from seed_jax.seed.batch import place_row
 from seed_jax.seed.logprobs import response_logprobs
 from seed_jax.seed.train_step import (BATCH_AXES, TrainState, apply_gradients,
                                       init_train_state, train_state_shardings)
@@ -50,11 +51,8 @@ def pack_examples(examples: Sequence[SFTExample], *, pad_id: int, max_len: int,
   mask = np.zeros(tokens.shape, bool)
   target_mask = np.zeros((rows, resp_len), np.float32)
   for i, example in enumerate(examples):
-    prompt = list(example.prompt_ids)[-prompt_len:]
     target = list(example.target_ids)[:resp_len]
-    tokens[i, prompt_len - len(prompt):prompt_len] = prompt
-    tokens[i, prompt_len:prompt_len + len(target)] = target
-    mask[i, prompt_len - len(prompt):prompt_len + len(target)] = True
+    place_row(tokens, mask, i, example.prompt_ids, target, prompt_len)
     target_mask[i, :len(target)] = 1.0
   mask[len(examples):, -1] = True  # padding rows attend to one token; no loss
   return {"tokens": tokens, "mask": mask, "target_mask": target_mask}

@@ -99,6 +99,7 @@ class Trainer:
     self.library: dict[str, str] = {}
     self._pool: EnvPool | None = None
     self._plans: dict[str, list[str]] = {}
+    self._tasks: dict[str, list] = {}
 
   # ------------------------------------------------------------------ setup helpers
 
@@ -111,6 +112,12 @@ class Trainer:
                       dual_clip=rl.dual_clip, kl_coef=rl.kl_coef,
                       entropy_coef=rl.entropy_coef, beta_opd=rl.beta_opd,
                       lambda_opd=rl.lambda_opd if self.algorithm.opd else 0.0)
+
+  def tasks(self, split: str) -> list:
+    """The split's tasks, loaded (and for generated envs, generated) once per run."""
+    if split not in self._tasks:
+      self._tasks[split] = self.env.load_tasks(self.env_config, split)
+    return self._tasks[split]
 
   def pool(self) -> EnvPool:
     """The main env pool (with the expert, which the oracle analyzer and BC read)."""
@@ -160,7 +167,7 @@ class Trainer:
       if not self.maybe_resume():
         self.before_rl()
       iterations = self.config.rl.iterations
-      tasks = TaskIterator(self.env.load_tasks(self.env_config, "train"),
+      tasks = TaskIterator(self.tasks("train"),
                            self.config.seed, self.host["task_cursor"])
       while self.host["iteration"] < iterations:
         self.rl_iteration(tasks)
@@ -205,7 +212,7 @@ class Trainer:
 
   def behaviour_cloning(self) -> None:
     """Clones the env expert's successful episodes (the `:cpu` presets' warm start)."""
-    tasks = self.env.load_tasks(self.env_config, "train")[:self.config.bc.episodes]
+    tasks = self.tasks("train")[:self.config.bc.episodes]
     with self.timer("bc"):
       demos = collect_demonstrations(self.pool(), self.fmt, tasks,
                                      self.env_config.max_steps, self.config.seed)
@@ -222,7 +229,7 @@ class Trainer:
     sft, folder = self.config.sft, os.path.join(self.workdir, "stage1")
     saved = stage1.load_stage1(folder)
     if saved is None:
-      tasks = stage1.tasks_per_type(self.env.load_tasks(self.env_config, "train"),
+      tasks = stage1.tasks_per_type(self.tasks("train"),
                                     sft.tasks_per_type)
       settings = env_settings(self.config, max_steps=sft.max_turns,
                               history_length=sft.history_length)
@@ -275,7 +282,7 @@ class Trainer:
     """Privileged info for the oracle analyzer: the expert's plan for each task."""
     missing = {t.task_id for t in trajs} - set(self._plans)
     if missing:
-      tasks = {t.task_id: t for t in self.env.load_tasks(self.env_config, "train")}
+      tasks = {t.task_id: t for t in self.tasks("train")}
       demos = collect_demonstrations(self.pool(), self.fmt, [tasks[i] for i in sorted(missing)],
                                      self.env_config.max_steps, self.config.seed)
       self._plans.update({d.task_id: d.actions for d in demos})
@@ -399,7 +406,7 @@ class Trainer:
                        max_new_tokens=cfg.rollout.max_new_tokens,
                        max_prompt_tokens=self.max_prompt)
     for split in cfg.eval.splits:
-      tasks = self.env.load_tasks(self.env_config, split)
+      tasks = self.tasks(split)
       if cfg.eval.max_episodes:
         tasks = tasks[:cfg.eval.max_episodes]
       if not tasks:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from seed_jax.agent.parsing import history_window, parse_action
+from seed_jax.agent.parsing import format_history, history_window, parse_action
 from seed_jax.envs.base import ParsedAction, Turn
 
 _INSTRUCTIONS = (
@@ -29,12 +29,6 @@ Your admissible actions of the current situation are: [{actions}].
 def format_admissible_actions(actions: list[str] | None) -> str:
   """`'go to fridge 1'\\n 'look'` as verl-agent lists them; "help" is left out."""
   return "\n ".join(f"'{a}'" for a in (actions or []) if a != "help")
-
-
-def format_history(numbered_turns: list[tuple[int, Turn]]) -> str:
-  """`[Observation k: '...', Action k: '...']` lines, oldest first."""
-  return "\n".join(f"[Observation {k}: '{turn.observation}', Action {k}: '{turn.action}']"
-                   for k, turn in numbered_turns)
 
 
 class AlfWorldFormat:

@@ -3,7 +3,7 @@ available actions one a line) and the `<think>/<action>` parser."""
 
 from __future__ import annotations
 
-from seed_jax.agent.parsing import history_window, parse_action
+from seed_jax.agent.parsing import format_history, history_window, parse_action
 from seed_jax.envs import base
 
 _INTRO = """You are an expert autonomous agent shopping in the WebShop e-commerce environment.
@@ -35,8 +35,7 @@ class WebShopFormat:
     parts = [_INTRO.format(instruction=instruction)]
     window = history_window(history, self._history_length)
     if window:
-      records = "\n".join(f"[Observation {k}: '{turn.observation}', Action {k}: '{turn.action}']"
-                          for k, turn in window)
+      records = format_history(window)
       parts.append(f"Prior to this step you have taken {len(history)} step(s). The most "
                    f"recent {len(window)} observations and the actions you took:\n{records}")
     parts.append(f"You are now at step {step} and your current observation is: {observation}")
