@@ -192,6 +192,11 @@ class Sampler:
                        f"(max_cache_len={self.max_cache_len})")
     prompt_len = min(_round_up(longest, self.prompt_buckets, "prompt length"),
                      self.max_cache_len)
+    # A bucket that would leave fewer slots than max_new_tokens shrinks to the largest
+    # prompt length that still leaves them, when the prompts fit: the budget is honoured.
+    room = self.max_cache_len - sampling.max_new_tokens + 1
+    if longest <= room < prompt_len:
+      prompt_len = room
     batch = _round_up(len(prompt_ids), self.batch_buckets, "number of prompts")
     if self.mesh is not None:  # keep the batch divisible by the batch-sharded axes
       shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
@@ -218,8 +223,9 @@ class Sampler:
     """Samples `sampling.num_samples` continuations of each prompt (see `SampleOutput`).
 
     A run is reproducible for a given seed and request (each row's random stream depends
-    on the seed, its row index and the step, not on batch padding). A row gets at most
-    `max_cache_len - prompt_bucket + 1` new tokens; past that it stops as "max_tokens".
+    on the seed, its row index and the step, not on batch padding). A row gets its
+    `max_new_tokens` whenever prompt plus budget fit `max_cache_len + 1`; a longer prompt
+    gets `max_cache_len - prompt_bucket + 1`, then stops as "max_tokens".
 
     Args:
       prompt_ids: token ids per prompt (at least one each, at most `max_cache_len`).

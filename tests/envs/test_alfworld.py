@@ -114,12 +114,33 @@ def test_valid_unseen_comes_from_held_out_floor_plans_only(train_tasks, unseen_t
 
 
 def test_generation_is_deterministic_and_cached(config, tmp_path, train_tasks):
-  again = generator.generate_game(tmp_path, config.seed, "train", 0)
+  again = generator.generate_game(tmp_path, generator.GameSet(config.seed), "train", 0)
   first = Path(train_tasks[0].payload["game_file"]).parent
   assert again.name == first.name and again.parent.name == first.parent.name
   assert (again / games.GAME_FILE).read_text() == (first / games.GAME_FILE).read_text()
   # A second call finds the cached game instead of generating it.
-  assert generator.generate_game(tmp_path, config.seed, "train", 0) == again
+  assert generator.generate_game(tmp_path, generator.GameSet(config.seed), "train", 0) == again
+
+
+def test_a_set_of_short_games_has_only_its_types_and_the_expert_wins_within_the_bound(config):
+  short = config.copy_and_resolve_references()
+  short.task_types = ("pick_and_place", "look_at_obj_in_light")
+  short.solvable_within = 8
+  short.num_games.train = 4
+  tasks = alfworld.load_tasks(short, "train")
+  assert [t.task_type for t in tasks] == ["pick_and_place", "look_at_obj_in_light"] * 2
+  # Its own cache folder: the default set of the same seed is untouched.
+  assert "seed0-within8-pick_and_place+look_at_obj_in_light" in tasks[0].payload["game_file"]
+  short.max_steps = 8
+  env = alfworld.make_env(short, with_expert=True)
+  assert all(play(env, task, expert_policy, seed=0)["won"] for task in tasks)
+
+
+def test_an_unknown_task_type_or_bound_is_named():
+  with pytest.raises(ValueError, match="unknown.*'make_coffee'"):
+    generator.GameSet(0, ("pick_and_place", "make_coffee"))
+  with pytest.raises(ValueError, match="solvable_within"):
+    generator.GameSet(0, generator.ALL_TYPES, 0)
 
 
 def test_steps_report_the_info_contract_and_invalid_actions_are_no_ops(config, train_tasks):

@@ -174,6 +174,16 @@ def test_update_params_does_not_recompile(sampler):
   assert sampler.num_traces == traces and after.tokens != before.tokens
 
 
+def test_a_prompt_over_half_the_cache_still_gets_its_token_budget(sampler, tiny_model):
+  # 150 tokens round up to a 256 bucket, the whole cache; the bucket must shrink instead
+  # of silently cutting the response to one token.
+  prompt = [3 + i % 50 for i in range(150)]
+  out = sampler.generate([prompt], SamplingParams(max_new_tokens=20, temperature=0.0,
+                                                  ignore_eos=True))
+  assert out.lengths == [20] and out.stop_reasons == ["max_tokens"]
+  assert out.tokens[0] == _greedy_by_recompute(tiny_model, prompt, 20, width=192)
+
+
 def test_prompt_longer_than_the_cache_is_an_error(sampler):
   with pytest.raises(ValueError, match="does not fit the cache"):
     sampler.generate([[3] * 257], SamplingParams(max_new_tokens=4))

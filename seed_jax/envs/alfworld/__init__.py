@@ -38,7 +38,10 @@ def default_config() -> ml_collections.ConfigDict:
       {"train": 180, "valid_seen": 60, "valid_unseen": 60})  # generator only
   config.generate_workers = 0  # processes generating games on first use; 0: one per CPU
   config.seed = 0  # generator seed: the same seed gives the same games
-  config.task_types = TASK_TYPES  # keep only tasks of these types
+  config.task_types = TASK_TYPES  # only tasks of these types (the generator makes only these)
+  # generator: keep games the expert wins within this many steps (sets of short games for
+  # small models); independent of max_steps, so a set never depends on the turn limit
+  config.solvable_within = generator.SOLVABLE_WITHIN
   config.max_steps = 50
   config.history_length = 2
   config.success_reward = 10.0
@@ -65,8 +68,10 @@ def load_tasks(config: ml_collections.ConfigDict, split: str) -> list[Task]:
   if data_dir is not None:
     tasks = games.scan_games(data_dir, split)
   else:
-    root = generator.games_root(config.cache_dir or None, config.seed)
-    tasks = generator.generated_tasks(root, config.seed, split, config.num_games[split],
+    game_set = generator.GameSet(config.seed, tuple(config.task_types),
+                                 config.solvable_within)
+    root = generator.games_root(config.cache_dir or None, game_set)
+    tasks = generator.generated_tasks(root, game_set, split, config.num_games[split],
                                       config.generate_workers)
   return [t for t in tasks if t.task_type in tuple(config.task_types)]
 
