@@ -143,7 +143,7 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.sft.max_tokens = 1024
   c.bc.enabled = True
   c.bc.episodes = 4
-  c.bc.epochs = 2
+  c.bc.epochs = 3
   c.bc.learning_rate = 1e-4
   c.eval.every = 0
   c.eval.max_episodes = 3

@@ -30,18 +30,25 @@ def _plain(value: Any) -> Any:
 
 
 class MetricsWriter:
-  """Appends metric records to metrics.jsonl (flushed and fsynced) and TensorBoard."""
+  """Appends metric records to metrics.jsonl (flushed and fsynced) and TensorBoard.
 
-  def __init__(self, workdir: str, tensorboard: bool = True):
-    os.makedirs(workdir, exist_ok=True)
+  `enabled=False` (hosts other than the primary) keeps the API and writes nothing.
+  """
+
+  def __init__(self, workdir: str, tensorboard: bool = True, enabled: bool = True):
+    self.enabled = enabled
     self.path = os.path.join(workdir, "metrics.jsonl")
     self._tb = None
-    if tensorboard:
+    if enabled:
+      os.makedirs(workdir, exist_ok=True)
+    if tensorboard and enabled:
       from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
   def truncate_after(self, step: int) -> None:
     """Drops records with `step` greater than `step` (used when resuming)."""
+    if not self.enabled:
+      return
     records = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
     tmp = self.path + ".tmp"
     with open(tmp, "w") as f:
@@ -52,6 +59,8 @@ class MetricsWriter:
   def write(self, step: int, phase: str, metrics: dict[str, Any]) -> dict[str, Any]:
     record = {"step": int(step), "phase": phase,
               **{k: _plain(v) for k, v in sorted(metrics.items())}}
+    if not self.enabled:
+      return record
     with open(self.path, "a") as f:
       f.write(json.dumps(record) + "\n")
       f.flush()

@@ -22,6 +22,7 @@ from jax.sharding import Mesh
 
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.transformer import Transformer
+from seed_jax.parallel import hosts
 from seed_jax.parallel.mesh import param_shardings
 from seed_jax.parallel.rules import DEFAULT_RULES, Rules
 
@@ -166,7 +167,7 @@ class ArraySource:
 def params_to_hf_tensors(model: Transformer) -> dict[str, np.ndarray]:
   """Host copies of every parameter under its HF tensor name."""
   _, state = nnx.split(model, nnx.Param)
-  return {hf_tensor_name(path): np.asarray(jax.device_get(var.get_value()))
+  return {hf_tensor_name(path): hosts.fetch(var.get_value())
           for path, var in nnx.to_flat_state(state)}
 
 
@@ -176,17 +177,20 @@ def export_hf(model: Transformer, out_dir: str | os.PathLike, tokenizer=None,
   `transformers.AutoModelForCausalLM.from_pretrained` loads with the same logits.
 
   The folder is written to a temporary sibling then renamed, so a crash never leaves a
-  half-written export behind.
+  half-written export behind. With several hosts every host must call it (the parameters
+  are gathered) and the primary host writes.
   """
   from safetensors.flax import save_file  # pylint: disable=import-outside-toplevel
   out_dir = os.fspath(out_dir)
   cfg = model.cfg if dtype is None else model.cfg.replace(param_dtype=dtype)
+  tensors = {name: jnp.asarray(value, cfg.jnp_param_dtype)
+             for name, value in params_to_hf_tensors(model).items()}
+  if not hosts.is_primary():
+    return out_dir
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
   tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
   try:
-    tensors = {name: jnp.asarray(value, cfg.jnp_param_dtype)
-               for name, value in params_to_hf_tensors(model).items()}
     save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(tmp, "config.json"), "w") as f:
       json.dump(cfg.to_hf_dict(), f, indent=2)

@@ -28,6 +28,7 @@ import numpy as np
 from flax import nnx
 
 from seed_jax.models.config import ModelConfig
+from seed_jax.parallel import hosts
 from seed_jax.parallel.mesh import batch_sharding, replicated, shard_params
 from seed_jax.sampling import engine, stops
 
@@ -182,8 +183,8 @@ class Sampler:
       return jnp.asarray(array)
     shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
     if replicate or np.shape(array)[0] % shards:
-      return jax.device_put(array, replicated(self.mesh))
-    return jax.device_put(array, batch_sharding(self.mesh, np.ndim(array)))
+      return hosts.put(array, replicated(self.mesh))
+    return hosts.put(array, batch_sharding(self.mesh, np.ndim(array)))
 
   def _shapes(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> dict[str, int]:
     longest = max(len(p) for p in prompt_ids)
@@ -264,8 +265,8 @@ class Sampler:
           cache_dtype=self.cache_dtype, **static)
       state = self._decode(self.graphdef, self.params, state, knobs, prompt_len=p_len,
                            **static)
-      fetched = jax.device_get({k: state[k] for k in
-                                ("tokens", "logprobs", "lengths", "stop_reason")})
+      fetched = hosts.fetch({k: state[k] for k in
+                             ("tokens", "logprobs", "lengths", "stop_reason")})
     return self._assemble(fetched, len(prompt_ids) * sampling.num_samples, sampling)
 
   def _mesh_context(self):

@@ -18,6 +18,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
+from seed_jax.parallel import hosts
 from seed_jax.parallel.mesh import in_mesh
 from seed_jax.seed import optim
 from seed_jax.seed.batch import place_row
@@ -34,19 +35,27 @@ class SFTExample:
   target_ids: Sequence[int]
 
 
-def pack_examples(examples: Sequence[SFTExample], *, pad_id: int, max_len: int,
-                  bucket: int = 64, rows_multiple: int = 1) -> dict[str, np.ndarray]:
-  """Pads examples into `tokens`/`mask` `[B, P + R]` and `target_mask` `[B, R]`.
-
-  P and R are the longest prompt and target rounded up to `bucket`; a prompt that does not
-  fit `max_len - R` keeps its last tokens. Padding rows (to `rows_multiple`) have zero
-  target masks.
-  """
+def padded_lengths(examples: Sequence[SFTExample], *, max_len: int, bucket: int = 64
+                   ) -> tuple[int, int]:
+  """(P, R): the longest prompt and target rounded up to `bucket`, R at most half of
+  `max_len` and P the rest."""
   round_up = lambda n, m: -(-max(n, 1) // m) * m
   resp_len = min(round_up(max(len(e.target_ids) for e in examples), bucket), max_len // 2)
   prompt_len = min(round_up(max(len(e.prompt_ids) for e in examples), bucket),
                    max_len - resp_len)
-  rows = round_up(len(examples), rows_multiple)
+  return prompt_len, resp_len
+
+
+def pack_examples(examples: Sequence[SFTExample], *, pad_id: int, max_len: int,
+                  bucket: int = 64, rows_multiple: int = 1,
+                  lengths: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+  """Pads examples into `tokens`/`mask` `[B, P + R]` and `target_mask` `[B, R]`.
+
+  (P, R) are `lengths`, else `padded_lengths(examples)`; a prompt longer than P keeps its
+  last tokens. Padding rows (to `rows_multiple`) have zero target masks.
+  """
+  prompt_len, resp_len = lengths or padded_lengths(examples, max_len=max_len, bucket=bucket)
+  rows = -(-len(examples) // rows_multiple) * rows_multiple
   tokens = np.full((rows, prompt_len + resp_len), pad_id, np.int32)
   mask = np.zeros(tokens.shape, bool)
   target_mask = np.zeros((rows, resp_len), np.float32)
@@ -126,16 +135,19 @@ def fine_tune(graphdef, params, examples: Sequence[SFTExample],
   state = init_train_state(params, optim_cfg, shardings)
   step_fn = make_nll_step(graphdef, optim_cfg, mesh, shardings, chunk)
   data_parallel = mesh.shape["data"] * mesh.shape["fsdp"]
-  pack = functools.partial(pack_examples, pad_id=pad_id, max_len=max_tokens,
+  # One (P, R) for every batch: one compiled step instead of one per length bucket.
+  lengths = padded_lengths(list(examples) + list(holdout), max_len=max_tokens)
+  pack = functools.partial(pack_examples, pad_id=pad_id, max_len=max_tokens, lengths=lengths,
                            rows_multiple=data_parallel * -(-batch_size // data_parallel))
   for i, batch in enumerate(tqdm(batches, desc=desc, unit="step")):
-    state, metrics = step_fn(state, pack(batch))
+    state, metrics = step_fn(state, hosts.put_rows(pack(batch), mesh))
     log(i, {k: float(v) for k, v in metrics.items()})
   if holdout:
     evaluate = make_nll_eval(graphdef, mesh, chunk)
     total, count = 0.0, 0.0
     for start in range(0, len(holdout), batch_size):
-      s, c = evaluate(state.params, pack(holdout[start:start + batch_size]))
+      s, c = evaluate(state.params, hosts.put_rows(pack(holdout[start:start + batch_size]),
+                                                   mesh))
       total, count = total + float(s), count + float(c)
     log(len(batches), {"nll": total / max(count, 1.0), "examples": len(holdout)}, "_holdout")
   return state.params

@@ -23,7 +23,7 @@ from seed_jax.checkpoint import Checkpointer
 from seed_jax.envs.pool import EnvPool
 from seed_jax.envs.registry import get_env_module
 from seed_jax.models import export_hf, load_model
-from seed_jax.parallel import MeshConfig, check_sharded_enough, make_mesh
+from seed_jax.parallel import MeshConfig, check_sharded_enough, hosts, make_mesh
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed.batch import BatchConfig, build_batch
@@ -63,8 +63,9 @@ class Trainer:
     self.env_config = env_settings(config)
     self.fmt = self.env.make_agent_format(self.env_config)
     os.makedirs(self.workdir, exist_ok=True)
-    with open(os.path.join(self.workdir, "config.json"), "w") as f:
-      f.write(config.to_json_best_effort(indent=2))
+    if hosts.is_primary():
+      with open(os.path.join(self.workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2))
 
     self.mesh = make_mesh(MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                      tuple(map(tuple, config.mesh.rules))))
@@ -93,7 +94,8 @@ class Trainer:
 
     self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"),
                                      keep=config.checkpoint.keep)
-    self.metrics = metrics_lib.MetricsWriter(self.workdir, config.log.tensorboard)
+    self.metrics = metrics_lib.MetricsWriter(self.workdir, config.log.tensorboard,
+                                             enabled=hosts.is_primary())
     self.timer = metrics_lib.Timer()
     self.host: dict[str, Any] = {"stage": "start", "iteration": 0, "task_cursor": 0}
     self.library: dict[str, str] = {}
@@ -119,13 +121,19 @@ class Trainer:
       self._tasks[split] = self.env.load_tasks(self.env_config, split)
     return self._tasks[split]
 
-  def pool(self) -> EnvPool:
+  def pool(self) -> EnvPool | hosts.HostShardedPool:
     """The main env pool (with the expert, which the oracle analyzer and BC read)."""
     if self._pool is None:
-      self._pool = EnvPool(self.config.env.name, self.env_config,
-                           self.config.pool.num_workers, self.config.pool.step_timeout_s,
-                           with_expert=True, seed=self.config.seed)
+      self._pool = self._make_pool(self.env_config, with_expert=True)
     return self._pool
+
+  def _make_pool(self, settings, with_expert: bool = False):
+    """`pool.num_workers` env processes on this host; with several hosts each steps its
+    share of the rows (hosts.HostShardedPool)."""
+    pool = EnvPool(self.config.env.name, settings, self.config.pool.num_workers,
+                   self.config.pool.step_timeout_s, with_expert=with_expert,
+                   seed=self.config.seed)
+    return hosts.HostShardedPool(pool) if jax.process_count() > 1 else pool
 
   def _sync_sampler(self) -> None:
     self.sampler.update_params(self.state.params)
@@ -236,9 +244,7 @@ class Trainer:
       spec = RolloutSpec(max_turns=sft.max_turns, temperature=sft.temperature, top_p=1.0,
                          max_new_tokens=self.config.rollout.max_new_tokens,
                          max_prompt_tokens=self.max_prompt)
-      with self.timer("stage1_rollout"), EnvPool(
-          self.config.env.name, settings, self.config.pool.num_workers,
-          self.config.pool.step_timeout_s, seed=self.config.seed) as pool:
+      with self.timer("stage1_rollout"), self._make_pool(settings) as pool:
         trajs, stats = play_episodes(
             self.sampler, self.tokenizer, pool, self.env.make_agent_format(settings), tasks,
             sft.rollouts_per_task, spec, seed=self.config.seed, group_prefix="sft:",
@@ -249,7 +255,8 @@ class Trainer:
       records = [stage1.annotation_record(t, a.summary, a.skill)
                  for t, a in zip(trajs, analyses) if a is not None]
       saved = (records, stage1.skill_library(records))
-      stage1.save_stage1(folder, *saved)
+      if hosts.is_primary():
+        stage1.save_stage1(folder, *saved)
       self.metrics.write(0, "stage1", {**stats, **{f"analyzer_{k}": v for k, v in
                                                    astats.items()}})
     records, self.library = saved
@@ -380,8 +387,8 @@ class Trainer:
     rows = batch["advantages"].shape[0]
     for start in tqdm(range(0, rows, size), desc="update", unit="mini-batch", leave=False):
       mini = {k: v[start:start + size] for k, v in batch.items()}
-      self.state, m = self.train_step(self.state, mini)
-      for k, v in jax.device_get(m).items():
+      self.state, m = self.train_step(self.state, hosts.put_rows(mini, self.mesh))
+      for k, v in hosts.fetch(m).items():
         sums.setdefault(k, []).append(np.asarray(v))
     out = {k: (np.mean(v, axis=0).tolist() if np.ndim(v[0]) else float(np.mean(v)))
            for k, v in sums.items()}
@@ -391,8 +398,11 @@ class Trainer:
   def _score_rows(self, params, tokens, mask, resp_len) -> np.ndarray:
     """Log-probs `[B, R]` in chunks of mini-batch rows (the shapes the step compiles)."""
     size = self.config.rl.mini_batch_size
-    parts = [np.asarray(self.score(params, tokens[s:s + size], mask[s:s + size], resp_len))
-             for s in range(0, tokens.shape[0], size)]
+    parts = []
+    for s in range(0, tokens.shape[0], size):
+      rows = hosts.put_rows({"tokens": tokens[s:s + size], "mask": mask[s:s + size]},
+                            self.mesh)
+      parts.append(hosts.fetch(self.score(params, rows["tokens"], rows["mask"], resp_len)))
     return np.concatenate(parts)
 
   # ------------------------------------------------------------------ evaluation
@@ -425,13 +435,15 @@ class Trainer:
     if self.config.checkpoint.export_hf:
       model = nnx.merge(self.graphdef, self.state.params)
       export_hf(model, os.path.join(self.workdir, "export"), self.tokenizer)
+    summary = {"algorithm": self.config.algorithm, "env": self.config.env.name,
+               "iterations": self.host["iteration"], **final_eval}
+    if not hosts.is_primary():
+      return summary
     if self.config.log.plots:
       metrics_lib.plot_curves(self.workdir, {
           "train": ["success", "mean_return", "invalid_action_rate", "loss", "pg_loss",
                     "opd_loss", "kl", "entropy", "gate_mean", "grad_norm",
                     "skill_parse_rate", "time_rollout_s"],
           "eval": sorted(final_eval)})
-    summary = {"algorithm": self.config.algorithm, "env": self.config.env.name,
-               "iterations": self.host["iteration"], **final_eval}
     print(metrics_lib.write_summary(self.workdir, summary))
     return summary

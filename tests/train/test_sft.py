@@ -13,7 +13,8 @@ from seed_jax.models import ModelConfig, random_model
 from seed_jax.seed.optim import OptimConfig
 from seed_jax.seed.train_step import init_train_state
 from seed_jax.train import stage1
-from seed_jax.train.sft import SFTExample, make_nll_eval, make_nll_step, pack_examples
+from seed_jax.train.sft import (SFTExample, make_nll_eval, make_nll_step, pack_examples,
+                                padded_lengths)
 
 
 def test_rows_are_left_padded_prompts_then_right_padded_targets():
@@ -24,6 +25,15 @@ def test_rows_are_left_padded_prompts_then_right_padded_targets():
   np.testing.assert_array_equal(batch["mask"][1], [0, 0, 0, 1, 1, 1, 1, 0])
   np.testing.assert_array_equal(batch["target_mask"][:2], [[1, 1, 0, 0], [1, 1, 1, 0]])
   assert batch["target_mask"][2:].sum() == 0 and batch["mask"][2:].sum(1).tolist() == [1, 1]
+
+
+def test_every_batch_of_a_run_can_share_one_shape():
+  examples = [SFTExample([5] * 3, [8] * 2), SFTExample([4] * 9, [3] * 5)]
+  lengths = padded_lengths(examples, max_len=64, bucket=4)
+  assert lengths == (12, 8)
+  small = pack_examples(examples[:1], pad_id=0, max_len=64, bucket=4, lengths=lengths)
+  assert small["tokens"].shape == (1, 20) and small["target_mask"].shape == (1, 8)
+  assert small["mask"][0].tolist() == [0] * 9 + [1] * 5 + [0] * 6
 
 
 def test_nll_equals_numpy_log_softmax():
