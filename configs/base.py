@@ -126,6 +126,7 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.pool.num_workers = 2
   c.rollout.tasks_per_batch = 2
   c.rollout.group_size = 2
+  c.rollout.temperature = 0.7  # a 135M model sampled at 1.0 misspells too many actions
   c.rollout.max_new_tokens = 40
   c.rollout.max_prompt_tokens = 768
   c.analyzer.backend = "oracle"
@@ -143,8 +144,8 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.sft.max_tokens = 1024
   c.bc.enabled = True
   c.bc.episodes = 4
-  c.bc.epochs = 3
-  c.bc.learning_rate = 1e-4
+  c.bc.epochs = 2
+  c.bc.learning_rate = 1.5e-4
   c.eval.every = 0
   c.eval.max_episodes = 3
   c.checkpoint.keep = 2

@@ -2,9 +2,9 @@
 
 One row per environment step (as the public SEED code trains). Every row is laid out as
 `prompt left-padded to P ++ response right-padded to R`, so response token `r` sits at
-position `P + r` in both the student and the teacher row: the teacher's longer,
-skill-augmented prompt is left-padded to the same P, and student and teacher log-probs
-align by construction. Masks are explicit arrays, never inferred from token ids (the pad
+position `P + r` and student and teacher log-probs `[B, R]` align by construction. The
+teacher's longer, skill-augmented prompts get their own P unless `shared_prompt_len`
+(the "joint" teacher mode concatenates both kinds of row in one forward pass). Masks are explicit arrays, never inferred from token ids (the pad
 id may equal eos).
 """
 
@@ -69,8 +69,11 @@ class BatchConfig:
 
   Attributes:
     response_len: R, responses are right-padded (and truncated) to it (paper 512).
-    prompt_bucket: P is the longest prompt (student or teacher) rounded up to a multiple
-      of this, so only a few shapes compile.
+    prompt_bucket: P is the longest prompt rounded up to a multiple of this, so only a
+      few shapes compile.
+    shared_prompt_len: one P for student and teacher rows (needed by the "joint" teacher
+      mode); otherwise the student rows, the ones the backward pass runs over, are not
+      padded to the longer teacher prompts.
     max_prompt_len: longer prompts keep their last tokens (counted in the stats).
     rows_multiple: the row count is padded to a multiple of it (mesh batch size times
       micro-batches) with rows whose masks are all zero.
@@ -84,6 +87,7 @@ class BatchConfig:
   prompt_bucket: int = 128
   max_prompt_len: int = 2048
   rows_multiple: int = 1
+  shared_prompt_len: bool = True
   pad_id: int = 0
   invalid_penalty: float = 0.1
   advantage_mode: str = "step"
@@ -119,11 +123,12 @@ def build_batch(
       normalised per group).
     with_teacher: also build teacher rows (False for plain GRPO).
   Returns:
-    (batch, stats). batch holds, with B rows and T = P + R:
-      student_tokens int32 `[B, T]`, student_mask bool `[B, T]`,
+    (batch, stats). batch holds, with B rows, Ts = P + R and Tt = P_teacher + R (equal
+    when `cfg.shared_prompt_len`):
+      student_tokens int32 `[B, Ts]`, student_mask bool `[B, Ts]`,
       response_mask float32 `[B, R]`, old_logprobs float32 `[B, R]`,
       advantages float32 `[B]`, opd_mask float32 `[B]` (1 where the row has a skill),
-      and with_teacher: teacher_tokens int32 `[B, T]`, teacher_mask bool `[B, T]`.
+      and with_teacher: teacher_tokens int32 `[B, Tt]`, teacher_mask bool `[B, Tt]`.
     stats: row, padding, truncation and OPD counts.
   """
   step_adv = adv_lib.step_advantages(
@@ -134,31 +139,40 @@ def build_batch(
       norm_by_std=cfg.norm_by_std, eps=cfg.eps)
   steps = [(s, a) for t, adv in zip(trajectories, step_adv) for s, a in zip(t.steps, adv)]
   num_rows = _round_up(len(steps), cfg.rows_multiple)
-  longest = max([len(s.prompt_ids) for s, _ in steps] +
-                [len(s.teacher_prompt_ids) for s, _ in steps
-                 if with_teacher and s.teacher_prompt_ids is not None] + [1])
-  prompt_len = min(_round_up(longest, cfg.prompt_bucket), cfg.max_prompt_len)
-  resp_len = cfg.response_len
-  total = prompt_len + resp_len
 
-  def rows(fill):
-    return np.full((num_rows, total), fill, np.int32)
+  def padded_len(prompts):
+    return min(_round_up(max([len(p) for p in prompts] + [1]), cfg.prompt_bucket),
+               cfg.max_prompt_len)
+
+  prompt_len = padded_len([s.prompt_ids for s, _ in steps])
+  # Without a skill the teacher row repeats the student row; opd_mask keeps it out.
+  teacher_len = padded_len([s.prompt_ids if s.teacher_prompt_ids is None
+                            else s.teacher_prompt_ids for s, _ in steps])
+  if cfg.shared_prompt_len:
+    prompt_len = teacher_len = max(prompt_len, teacher_len)
+  resp_len = cfg.response_len
+
+  def rows(length, fill):
+    return np.full((num_rows, length + resp_len), fill, np.int32)
 
   out = {
-      "student_tokens": rows(cfg.pad_id), "student_mask": np.zeros((num_rows, total), bool),
+      "student_tokens": rows(prompt_len, cfg.pad_id),
+      "student_mask": rows(prompt_len, 0).astype(bool),
       "response_mask": np.zeros((num_rows, resp_len), np.float32),
       "old_logprobs": np.zeros((num_rows, resp_len), np.float32),
       "advantages": np.zeros((num_rows,), np.float32),
       "opd_mask": np.zeros((num_rows,), np.float32),
   }
   if with_teacher:
-    out["teacher_tokens"] = rows(cfg.pad_id)
-    out["teacher_mask"] = np.zeros((num_rows, total), bool)
+    out["teacher_tokens"] = rows(teacher_len, cfg.pad_id)
+    out["teacher_mask"] = rows(teacher_len, 0).astype(bool)
   stats = {"rows": len(steps), "padding_rows": num_rows - len(steps), "prompt_len": prompt_len,
+           "teacher_prompt_len": teacher_len,
            "truncated_prompts": 0, "truncated_responses": 0, "opd_rows": 0}
 
   def place(tokens, mask, row, prompt, response):
-    stats["truncated_prompts"] += place_row(tokens, mask, row, prompt, response, prompt_len)
+    stats["truncated_prompts"] += place_row(tokens, mask, row, prompt, response,
+                                            tokens.shape[1] - resp_len)
 
   for row, (step, advantage) in enumerate(steps):
     if len(step.response_ids) != len(step.sampler_logprobs):

@@ -107,13 +107,15 @@ def make_nll_eval(graphdef, mesh: Mesh | None = None, chunk: int = 128
 
 def iterate_batches(examples: Sequence[SFTExample], batch_size: int, epochs: int, seed: int
                     ) -> list[list[SFTExample]]:
-  """Shuffled mini-batches, epoch after epoch, reproducible from `seed`."""
-  batches = []
-  for epoch in range(epochs):
-    order = np.random.default_rng([seed, epoch]).permutation(len(examples))
-    for start in range(0, len(order), batch_size):
-      batches.append([examples[i] for i in order[start:start + batch_size]])
-  return batches
+  """Mini-batches over `epochs` shuffled passes, reproducible from `seed`.
+
+  The passes are chained before cutting, so only the very last batch may be short (a
+  short batch costs a full one: rows are padded to the compiled shape).
+  """
+  order = np.concatenate([np.random.default_rng([seed, epoch]).permutation(len(examples))
+                          for epoch in range(epochs)]) if epochs else np.zeros(0, int)
+  return [[examples[i] for i in order[start:start + batch_size]]
+          for start in range(0, len(order), batch_size)]
 
 
 def fine_tune(graphdef, params, examples: Sequence[SFTExample],

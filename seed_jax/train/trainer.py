@@ -373,6 +373,7 @@ class Trainer:
     batch, bstats = build_batch(trajs, BatchConfig(
         response_len=cfg.rollout.max_new_tokens, prompt_bucket=128,
         max_prompt_len=self.max_prompt + 256, rows_multiple=cfg.rl.mini_batch_size,
+        shared_prompt_len=opd and cfg.rl.teacher_mode == "joint",
         pad_id=self.tokenizer.pad_id, invalid_penalty=cfg.rl.invalid_penalty,
         norm_by_std=cfg.rl.normalize_std), with_teacher=opd)
     resp_len = cfg.rollout.max_new_tokens

@@ -126,6 +126,22 @@ def test_build_batch_layout_and_masks():
   assert batch["student_mask"][3].sum() == 1
 
 
+def test_student_rows_need_not_be_padded_to_the_teacher_prompts():
+  trajs = [_traj("a", 10.0, [(5, 3, True), (6, 4, False)]),
+           _traj("a", 0.0, [(4, 2, True)], skill=False)]
+  cfg = batch_lib.BatchConfig(response_len=5, prompt_bucket=4, shared_prompt_len=False)
+  batch, stats = batch_lib.build_batch(trajs, cfg)
+  assert batch["student_tokens"].shape == (3, 8 + 5)  # longest student prompt 6 -> 8
+  assert batch["teacher_tokens"].shape == (3, 12 + 5)  # longest teacher prompt 9 -> 12
+  assert (stats["prompt_len"], stats["teacher_prompt_len"]) == (8, 12)
+  # Responses still align: the last R positions of both kinds of row.
+  np.testing.assert_array_equal(batch["teacher_tokens"][:, -5:], batch["student_tokens"][:, -5:])
+  np.testing.assert_array_equal(batch["teacher_mask"][:, -5:], batch["student_mask"][:, -5:])
+  # The row without a skill repeats its student prompt in the teacher layout.
+  np.testing.assert_array_equal(batch["teacher_tokens"][2, 12 - 4:12],
+                                batch["student_tokens"][2, 8 - 4:8])
+
+
 def test_build_batch_truncation_and_errors():
   trajs = [_traj("a", 1.0, [(20, 9, True)], skill=False)]
   cfg = batch_lib.BatchConfig(response_len=4, prompt_bucket=8, max_prompt_len=8)

@@ -81,3 +81,13 @@ def test_stage1_library_prefers_successful_episodes_and_holdout_is_seeded():
   train, held = stage1.split_holdout(list(range(20)), 0.1, seed=3)
   assert len(held) == 2 and sorted(train + held) == list(range(20))
   assert stage1.split_holdout(list(range(20)), 0.1, seed=3) == (train, held)
+
+
+def test_batches_chain_the_epochs_so_only_the_last_is_short():
+  from seed_jax.train.sft import iterate_batches
+  examples = [SFTExample([i], [i]) for i in range(5)]
+  batches = iterate_batches(examples, 4, epochs=2, seed=0)
+  assert [len(b) for b in batches] == [4, 4, 2]
+  seen = [e.prompt_ids[0] for b in batches for e in b]
+  assert sorted(seen[:5]) == sorted(seen[5:]) == list(range(5))  # each epoch sees all
+  assert batches == iterate_batches(examples, 4, epochs=2, seed=0)
