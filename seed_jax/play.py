@@ -117,22 +117,27 @@ def human_policy(states: list[EpisodeState]) -> list[str]:
   return actions
 
 
-def make_model_policy(env_module, config, model: str, seed: int, temperature: float,
-                      max_new_tokens: int) -> Policy:
-  """The acting loop of training: render the prompt, sample, parse (invalid -> no-op)."""
-  from seed_jax.sampling.text import load_text_generator  # pylint: disable=g-import-not-at-top
-  generator = load_text_generator(model)
-  agent_format = env_module.make_agent_format(config)
-  calls = [0]
-
-  def policy(states: list[EpisodeState]) -> list[str]:
-    prompts = [agent_format.render(s.instruction, s.history, s.observation,
-                                   s.info.get("admissible_actions"), s.step) for s in states]
-    responses = generator.chat(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                               stop=agent_format.stop_strings, seed=seed + calls[0])
-    calls[0] += 1
-    return [agent_format.parse(r).action for r in responses]
-  return policy
+def play_with_model(batch_env, env_module, config, tasks: list[Task], model: str, seed: int,
+                    batch_size: int, temperature: float, max_new_tokens: int,
+                    max_cache_len: int = 4096) -> list[dict[str, Any]]:
+  """Plays every task once with a model through the training acting loop
+  (`seed_jax.train.rollout.play_episodes`: same prompts, sampler and parsing, a malformed
+  response is an invalid no-op), `batch_size` episodes at a time."""
+  from seed_jax.sampling.sampler import sampler_for  # pylint: disable=g-import-not-at-top
+  from seed_jax.train import rollout  # pylint: disable=g-import-not-at-top
+  sampler = sampler_for(model, max_cache_len=max_cache_len)
+  spec = rollout.RolloutSpec(max_turns=config.max_steps, temperature=temperature,
+                             max_new_tokens=max_new_tokens,
+                             max_prompt_tokens=max_cache_len - max_new_tokens)
+  fmt = env_module.make_agent_format(config)
+  records = []
+  for start in range(0, len(tasks), batch_size):
+    trajectories, _ = rollout.play_episodes(
+        sampler, sampler.tokenizer, batch_env, fmt, tasks[start:start + batch_size], 1, spec,
+        seed=seed + start, desc=f"episodes {start + 1}-{min(start + batch_size, len(tasks))}")
+    records += [{"task_id": t.task_id, "task_type": t.info["task_type"], "won": t.won,
+                 "steps": len(t.steps), "failed": t.info["failed"]} for t in trajectories]
+  return records
 
 
 def apply_overrides(config, overrides: list[str]):
@@ -155,7 +160,8 @@ def apply_overrides(config, overrides: list[str]):
 
 def play_episodes(batch_env, tasks: list[Task], policy: Policy, seed: int, batch_size: int,
                   verbose: bool = False) -> list[dict[str, Any]]:
-  """Plays every task once, `batch_size` at a time; returns one record per episode."""
+  """Plays every task once with a scripted policy (expert, random, human), `batch_size` at
+  a time; returns one record per episode. Models act through `play_with_model`."""
   records = []
   for start in range(0, len(tasks), batch_size):
     chunk = tasks[start:start + batch_size]
@@ -207,11 +213,9 @@ def run(env_name: str, policy_name: str, split: str, episodes: int, seed: int, w
     raise ValueError(f"{env_name} has no {split} tasks")
   if episodes:
     tasks = [tasks[i % len(tasks)] for i in range(episodes)]
-  policy = {"expert": lambda: expert_policy,
-            "random": lambda: make_random_policy(env_module, seed),
-            "human": lambda: human_policy,
-            "model": lambda: make_model_policy(env_module, config, model, seed, temperature,
-                                               max_new_tokens)}[policy_name]()
+  scripted = {"expert": lambda: expert_policy,
+              "random": lambda: make_random_policy(env_module, seed),
+              "human": lambda: human_policy}
   with_expert = policy_name == "expert"
   if workers > 0:
     from seed_jax.envs.pool import EnvPool  # pylint: disable=g-import-not-at-top
@@ -219,8 +223,12 @@ def run(env_name: str, policy_name: str, split: str, episodes: int, seed: int, w
   else:
     batch_env = LocalBatch(env_module, config, with_expert)
   try:
-    batch = 1 if policy_name == "human" else batch_size
-    records = play_episodes(batch_env, tasks, policy, seed, batch, verbose)
+    if policy_name == "model":
+      records = play_with_model(batch_env, env_module, config, tasks, model, seed, batch_size,
+                                temperature, max_new_tokens)
+    else:
+      batch = 1 if policy_name == "human" else batch_size
+      records = play_episodes(batch_env, tasks, scripted[policy_name](), seed, batch, verbose)
   finally:
     batch_env.close()
   return summarize(records)

@@ -354,7 +354,8 @@ class Trainer:
     with self.timer("update"):
       stats.update(self.update(trajs))
     self._sync_sampler()
-    self.host.update(iteration=it + 1, task_cursor=tasks.cursor)
+    self.host.update(iteration=it + 1, task_cursor=tasks.cursor,
+                     train_success=self.host.get("train_success", []) + [stats["success"]])
     stats.update({f"time_{k}_s": v for k, v in self.timer.seconds.items()})
     self.metrics.write(it + 1, "train", stats)
     print(f"[iter {it + 1}/{cfg.rl.iterations}] success {stats['success']:.3f} "
@@ -437,7 +438,12 @@ class Trainer:
       model = nnx.merge(self.graphdef, self.state.params)
       export_hf(model, os.path.join(self.workdir, "export"), self.tokenizer)
     summary = {"algorithm": self.config.algorithm, "env": self.config.env.name,
-               "iterations": self.host["iteration"], **final_eval}
+               "iterations": self.host["iteration"]}
+    train = self.host.get("train_success", [])
+    if train:  # the training rollouts' success: first and last iteration, and the best
+      summary.update({"train/success_first": train[0], "train/success_last": train[-1],
+                      "train/success_best": max(train)})
+    summary.update(final_eval)
     if not hosts.is_primary():
       return summary
     if self.config.log.plots:

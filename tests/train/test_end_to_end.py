@@ -66,6 +66,7 @@ def tiny_config(model: str, algorithm: str, iterations: int = 1):
 def test_every_algorithm_runs_end_to_end(tiny_model, tmp_path, algorithm):
   summary = Trainer(tiny_config(tiny_model, algorithm), str(tmp_path)).run()
   assert summary["iterations"] == 1 and "valid_seen/success" in summary
+  assert summary["train/success_last"] == summary["train/success_first"]  # one iteration
   records = read_metrics(str(tmp_path / "metrics.jsonl"))
   train = [r for r in records if r["phase"] == "train"]
   assert len(train) == 1 and np.isfinite(train[0]["loss"])
@@ -140,3 +141,12 @@ def test_a_run_killed_while_saving_resumes_from_the_previous_checkpoint(tiny_mod
   steps = [r["step"] for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
            if r["phase"] == "train"]
   assert steps == [1, 2]
+
+
+def test_play_with_a_model_uses_the_training_acting_loop(tiny_model):
+  from seed_jax import play
+  summary = play.run("sokoban", "model", "valid_seen", episodes=2, seed=0, workers=0,
+                     batch_size=2, overrides=["max_steps=3"], model=tiny_model,
+                     max_new_tokens=8)
+  assert summary["episodes"] == 2 and summary["failed"] == 0
+  assert 0.0 <= summary["success"] <= 1.0
