@@ -67,6 +67,14 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
   unknown = sorted(set(config.env.keys()) - known)
   if unknown:
     raise ConfigError(f"config.env.{unknown[0]}: not a setting of env {config.env.name!r}")
+  _check(config, "env.max_steps", lambda v: isinstance(v, int) and v > 0, "a positive integer")
+  if "task_types" in config.env:
+    known_types = tuple(get_env_module(config.env.name).TASK_TYPES)
+    _check(config, "env.task_types", lambda v: v and all(t in known_types for t in v),
+           f"a non-empty selection of {known_types}")
+  if "solvable_within" in config.env:
+    _check(config, "env.solvable_within", lambda v: isinstance(v, int) and v > 0,
+           "a positive number of expert steps")
   _check(config, "pool.num_workers", _positive, "a positive integer")
   _check(config, "pool.step_timeout_s", _positive, "a positive number of seconds")
   for key in ("rollout.tasks_per_batch", "rollout.group_size", "rollout.max_new_tokens",

@@ -53,9 +53,12 @@ def test_unknown_preset_lists_the_known_ones():
     ("analyzer.backend", "gpt", "config.analyzer.backend"),
     ("sft.holdout_fraction", 1.0, "config.sft.holdout_fraction"),
     ("rl.dual_clip", 0.5, "config.rl.dual_clip"),
+    ("env.max_steps", 0, "config.env.max_steps"),
+    ("env.task_types", ("pick_and_place", "make_coffee"), "config.env.task_types"),
+    ("env.solvable_within", 0, "config.env.solvable_within"),
 ])
 def test_bad_values_name_the_key(key, value, match):
-  config = load("sokoban", "cpu")
+  config = load("alfworld" if key.startswith("env.") else "sokoban", "cpu")
   with config.unlocked():
     node = config
     *parents, leaf = key.split(".")
