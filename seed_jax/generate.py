@@ -15,7 +15,7 @@ from typing import Sequence
 from absl import app, flags
 
 from seed_jax.models import DEFAULT_MODEL
-from seed_jax.sampling.text import load_text_generator
+from seed_jax.sampling import SamplingParams, sampler_for
 
 _MODEL = flags.DEFINE_string("model", DEFAULT_MODEL, "embedded model name, HF folder or .gguf")
 _PROMPT = flags.DEFINE_string("prompt", None, "prompt text")
@@ -32,13 +32,12 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if _PROMPT.value is None:
     raise app.UsageError("--prompt is required")
-  generator = load_text_generator(_MODEL.value, dtype=_DTYPE.value)
-  args = dict(max_new_tokens=_MAX_NEW.value, temperature=_TEMPERATURE.value,
-              seed=_SEED.value, top_p=_TOP_P.value)
-  if _CHAT.value:
-    text = generator.chat([_PROMPT.value], **args)[0]
-  else:
-    text = generator.complete([_PROMPT.value], **args)[0]
+  sampler = sampler_for(_MODEL.value, dtype=_DTYPE.value)
+  sampling = SamplingParams(max_new_tokens=_MAX_NEW.value, temperature=_TEMPERATURE.value,
+                            top_p=_TOP_P.value)
+  prompt = [{"role": "user", "content": _PROMPT.value}] if _CHAT.value else _PROMPT.value
+  text = sampler.generate_text([prompt], sampling, _SEED.value).texts[0]
+  if not _CHAT.value:
     text = _PROMPT.value + text
   sys.stdout.write(text + "\n")
 

@@ -4,8 +4,8 @@ One row per environment step (as the public SEED code trains). Every row is laid
 `prompt left-padded to P ++ response right-padded to R`, so response token `r` sits at
 position `P + r` and student and teacher log-probs `[B, R]` align by construction. The
 teacher's longer, skill-augmented prompts get their own P unless `shared_prompt_len`
-(the "joint" teacher mode concatenates both kinds of row in one forward pass). Masks are explicit arrays, never inferred from token ids (the pad
-id may equal eos).
+(the "joint" teacher mode concatenates both kinds of row in one forward pass). Masks are
+explicit arrays, never inferred from token ids (the pad id may equal eos).
 """
 
 from __future__ import annotations
@@ -145,19 +145,19 @@ def build_batch(
                cfg.max_prompt_len)
 
   prompt_len = padded_len([s.prompt_ids for s, _ in steps])
-  # Without a skill the teacher row repeats the student row; opd_mask keeps it out.
+  # A teacher row without a skill holds the student prompt (see below).
   teacher_len = padded_len([s.prompt_ids if s.teacher_prompt_ids is None
                             else s.teacher_prompt_ids for s, _ in steps])
   if cfg.shared_prompt_len:
     prompt_len = teacher_len = max(prompt_len, teacher_len)
   resp_len = cfg.response_len
 
-  def rows(length, fill):
-    return np.full((num_rows, length + resp_len), fill, np.int32)
+  def rows(length, fill, dtype=np.int32):
+    return np.full((num_rows, length + resp_len), fill, dtype)
 
   out = {
       "student_tokens": rows(prompt_len, cfg.pad_id),
-      "student_mask": rows(prompt_len, 0).astype(bool),
+      "student_mask": rows(prompt_len, False, bool),
       "response_mask": np.zeros((num_rows, resp_len), np.float32),
       "old_logprobs": np.zeros((num_rows, resp_len), np.float32),
       "advantages": np.zeros((num_rows,), np.float32),
@@ -165,7 +165,7 @@ def build_batch(
   }
   if with_teacher:
     out["teacher_tokens"] = rows(teacher_len, cfg.pad_id)
-    out["teacher_mask"] = rows(teacher_len, 0).astype(bool)
+    out["teacher_mask"] = rows(teacher_len, False, bool)
   stats = {"rows": len(steps), "padding_rows": num_rows - len(steps), "prompt_len": prompt_len,
            "teacher_prompt_len": teacher_len,
            "truncated_prompts": 0, "truncated_responses": 0, "opd_rows": 0}

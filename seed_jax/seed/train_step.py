@@ -11,9 +11,10 @@ The reference model is never held by the step: when `kl_coef > 0` the batch carr
 `ref_logprobs`, scored once per iteration by `make_score_fn` with the reference parameters
 (as verl does), so the reference forward runs only when the KL weight is non-zero.
 
-Batch (from batch.py; B rows, T = P + R): student_tokens / student_mask `[B, T]`,
+Batch (from batch.py; B rows, Ts = P + R): student_tokens / student_mask `[B, Ts]`,
 response_mask / old_logprobs `[B, R]`, advantages / opd_mask `[B]`, and as needed
-teacher_tokens / teacher_mask `[B, T]`, teacher_logprobs `[B, R]`, ref_logprobs `[B, R]`.
+teacher_tokens / teacher_mask `[B, Tt]` (Tt = Ts in "joint" mode, which concatenates the
+rows), teacher_logprobs `[B, R]`, ref_logprobs `[B, R]`.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ class Trainer:
     self.timer = metrics_lib.Timer()
     self.host: dict[str, Any] = {"stage": "start", "iteration": 0, "task_cursor": 0}
     self.library: dict[str, str] = {}
-    self._pool: EnvPool | None = None
+    self._pool: EnvPool | hosts.HostShardedPool | None = None
     self._plans: dict[str, list[str]] = {}
     self._tasks: dict[str, list] = {}
 
@@ -219,7 +219,8 @@ class Trainer:
     self._sync_sampler()
 
   def behaviour_cloning(self) -> None:
-    """Clones the env expert's successful episodes (the `:cpu` presets' warm start)."""
+    """Clones every step of the env expert's episodes on the first `bc.episodes` training
+    tasks (the `:cpu` presets' warm start)."""
     tasks = self.tasks("train")[:self.config.bc.episodes]
     with self.timer("bc"):
       demos = collect_demonstrations(self.pool(), self.fmt, tasks,
