@@ -15,6 +15,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from seed_jax.checks import non_negative, positive_int, require
+
 Array = jax.Array
 
 
@@ -25,8 +27,8 @@ class LossConfig:
   Attributes:
     clip_low: PPO ratio clip below 1 (paper 0.2).
     clip_high: PPO ratio clip above 1 (paper 0.2; set higher for asymmetric "clip-higher").
-    dual_clip: c of dual-clip PPO, caps the loss of negative-advantage tokens at
-      `-A * c` (public code 3.0); None disables it.
+    dual_clip: c > 1 of dual-clip PPO, caps the loss of negative-advantage tokens at
+      `-A * c` (public code 3.0); 0 disables it.
     kl_coef: weight of the k3 ("low_var_kl") KL to the reference (paper 0.01, search
       0.001); 0 disables the reference entirely.
     kl_clamp: the k3 estimate is clamped to [-kl_clamp, kl_clamp] (public code 10).
@@ -39,7 +41,7 @@ class LossConfig:
   """
   clip_low: float = 0.2
   clip_high: float = 0.2
-  dual_clip: float | None = 3.0
+  dual_clip: float = 3.0
   kl_coef: float = 0.01
   kl_clamp: float = 10.0
   entropy_coef: float = 0.001
@@ -47,6 +49,14 @@ class LossConfig:
   beta_opd: float = 5.0
   log_ratio_clamp: float = 20.0
   gate_bins: int = 10
+
+  def __post_init__(self):
+    require(self, ("clip_low", "clip_high", "kl_coef", "kl_clamp", "entropy_coef",
+                   "lambda_opd", "beta_opd", "log_ratio_clamp"), non_negative,
+            "a non-negative number")
+    require(self, "dual_clip", lambda c: c == 0 or (non_negative(c) and c > 1),
+            "0 (off) or a bound greater than 1")
+    require(self, "gate_bins", positive_int, "a positive integer")
 
 
 def masked_sum(values: Array, mask: Array) -> tuple[Array, Array]:
@@ -73,7 +83,7 @@ def ppo_clip_token_loss(
   clipped = -advantages * jnp.clip(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
   loss = jnp.maximum(unclipped, clipped)
   clip_taken = (clipped > unclipped).astype(jnp.float32)
-  if cfg.dual_clip is None:
+  if not cfg.dual_clip:
     return loss, clip_taken, jnp.zeros_like(loss)
   dual_bound = -advantages * cfg.dual_clip
   dual_taken = ((advantages < 0) & (loss > dual_bound)).astype(jnp.float32)

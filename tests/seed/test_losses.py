@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,14 +29,17 @@ def _inputs(seed=0):
 
 
 def _np_pg(lp, old, adv, clip_lo, clip_hi, dual):
-  """Token-wise dual-clip PPO loss, written out branch by branch."""
+  """Token-wise dual-clip PPO loss, written out branch by branch.
+
+  `dual` follows the config's documented meaning: a bound c > 1, or 0 for no dual clip.
+  """
   out = np.zeros_like(lp, dtype=np.float64)
   for i in range(lp.shape[0]):
     for j in range(lp.shape[1]):
       r = np.exp(np.float64(lp[i, j]) - old[i, j])
       a = float(adv[i])
       loss = max(-a * r, -a * min(max(r, 1 - clip_lo), 1 + clip_hi))
-      if dual is not None and a < 0:
+      if dual > 0 and a < 0:
         loss = min(loss, -a * dual)
       out[i, j] = loss
   return out
@@ -65,12 +69,14 @@ def _np_total(lp, entropy, batch, teacher, ref, cfg):
 
 def _jax_total(lp, entropy, batch, teacher, ref, cfg):
   sums = losses.seed_loss_sums(lp, entropy, batch, teacher, ref, cfg)
-  return losses.total_loss(sums, sums["tokens"], sums["opd_tokens"], cfg), sums
+  total = losses.total_loss(sums, sums["tokens"], sums["opd_tokens"], cfg)
+  chex.assert_shape(total, ())  # a scalar, not a per-row loss a scalar comparison would pass
+  return total, sums
 
 
 @pytest.mark.parametrize("cfg", [
     losses.LossConfig(),
-    losses.LossConfig(clip_high=0.28, dual_clip=None, kl_coef=0.0, entropy_coef=0.0),
+    losses.LossConfig(clip_high=0.28, dual_clip=0.0, kl_coef=0.0, entropy_coef=0.0),
     losses.LossConfig(lambda_opd=1.0, beta_opd=1.0, kl_coef=0.5),
 ])
 def test_total_and_parts_match_numpy(cfg):
@@ -140,6 +146,24 @@ def test_dual_clip_caps_negative_advantage_loss():
   np.testing.assert_allclose(loss, [[3.0, 1.0]], rtol=1e-6)
   np.testing.assert_array_equal(dual, [[1.0, 0.0]])
   np.testing.assert_array_equal(clipped, [[0.0, 0.0]])
+
+
+def test_dual_clip_zero_is_off_and_keeps_negative_advantage_gradients():
+  cfg = losses.LossConfig(dual_clip=0.0)
+  lp, old, adv = jnp.asarray([[0.1, -0.1]]), jnp.asarray([[0.0, 0.0]]), jnp.asarray([[-1.0]])
+  loss, _, dual = losses.ppo_clip_token_loss(lp, old, adv, cfg)
+  ratio = np.exp([0.1, -0.1])
+  np.testing.assert_allclose(loss, [np.maximum(ratio, np.clip(ratio, 0.8, 1.2))], rtol=1e-6)
+  np.testing.assert_array_equal(dual, [[0.0, 0.0]])
+  grad = jax.grad(lambda x: losses.ppo_clip_token_loss(x, old, adv, cfg)[0].sum())(lp)
+  np.testing.assert_allclose(grad, [ratio], rtol=1e-6)  # d(-A * r)/d lp = r for A = -1
+
+
+@pytest.mark.parametrize("bound", [0.5, 1.0, -1.0])
+def test_a_dual_clip_bound_must_exceed_one(bound):
+  from seed_jax.checks import SpecError
+  with pytest.raises(SpecError, match="dual_clip"):
+    losses.LossConfig(dual_clip=bound)
 
 
 def test_combined_microbatch_sums_give_full_batch_mean():
