@@ -1,16 +1,20 @@
-"""SEED train-step throughput and log-prob memory; prints one JSON line.
+"""Training throughput at the Quickstart's shape, against this machine's matmul peak.
 
-  python bench/train_step.py [--rows=4 --prompt_len=64 --response_len=64 --repeats=2]
+  python bench/train_step.py [--rows=8 --prompt_len=704 --response_len=64 --dtype=bfloat16
+                              --modes=precomputed,separate --repeats=2]
 
-At the embedded model's shape (SmolLM2-135M: 30 layers, hidden 576, MLP 1536, 9 / 3 heads,
-vocab 49152) with random weights:
-* train-step tokens/s for the batched ("joint") and the separate teacher pass, with the
-  achieved useful FLOP/s as a fraction of this machine's matmul FLOP/s measured in the same
-  run (useful = student forward + backward and teacher forward; the joint pass also runs a
-  zero backward through the teacher rows, which is not counted);
-* the compiled temp memory of the step in each mode;
-* the compiled temp memory of value-and-grad of the chunked log-prob + entropy against the
-  naive version that materialises `[B, R, V]` float32 logits (at `--lp_rows x --lp_len`).
+The embedded model (SmolLM2-135M-Instruct, float32 parameters, `--dtype` compute) on
+`rows x (prompt_len + response_len)` tokens (the `:cpu` presets' micro-batch: 8 x 768):
+* `grad`: the jitted value-and-grad of the summed response log-probs (the training
+  forward + backward, no optimizer);
+* one full train step per teacher mode (`precomputed`, the default, scores no teacher in
+  the step; `separate` adds a no-grad teacher forward; `joint` a batched one).
+Each reports tokens/s, the achieved useful GFLOP/s (forward 1x, backward 2x; the LM head
+only at response positions; rematerialisation not counted) and its fraction of the
+matmul peak measured in the same run: a bf16 x bf16 -> float32 matmul for bfloat16
+compute, float32 otherwise. Also the compiled temp memory of each, and of value-and-grad
+of the chunked log-prob + entropy against the naive `[B, R, V]` float32 logits.
+Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -28,19 +32,19 @@ from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from bench.common import emit, forward_flops, matmul_peak_flops  # noqa: E402
-from seed_jax.models import ModelConfig, Transformer  # noqa: E402
+from seed_jax.models import load_model  # noqa: E402
 from seed_jax.seed import logprobs as lp_lib  # noqa: E402
 from seed_jax.seed import losses  # noqa: E402
 from seed_jax.seed import train_step as ts  # noqa: E402
 from seed_jax.seed.optim import OptimConfig  # noqa: E402
 
-_ROWS = flags.DEFINE_integer("rows", 4, "student rows per step (as many teacher rows)")
-_PROMPT = flags.DEFINE_integer("prompt_len", 64, "P, padded prompt length")
+_ROWS = flags.DEFINE_integer("rows", 8, "student rows per step (as many teacher rows)")
+_PROMPT = flags.DEFINE_integer("prompt_len", 704, "P, padded prompt length")
 _RESPONSE = flags.DEFINE_integer("response_len", 64, "R, padded response length")
-_CHUNK = flags.DEFINE_integer("chunk", 128, "log-prob chunk over response positions")
-_REPEATS = flags.DEFINE_integer("repeats", 2, "timed steps per mode after one warm-up")
-_MODES = flags.DEFINE_list("modes", ["joint", "separate"], "teacher modes to time")
-_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "compute dtype")
+_CHUNK = flags.DEFINE_integer("chunk", 512, "log-prob chunk over response positions")
+_REPEATS = flags.DEFINE_integer("repeats", 2, "timed runs per measurement after a warm-up")
+_MODES = flags.DEFINE_list("modes", ["precomputed"], "teacher modes of the full step")
+_DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "compute dtype")
 _LP_ROWS = flags.DEFINE_integer("lp_rows", 8, "rows of the log-prob memory comparison")
 _LP_LEN = flags.DEFINE_integer("lp_len", 512, "response length of the memory comparison")
 _LP_CHUNKS = flags.DEFINE_list("lp_chunks", ["32", "128"], "chunk sizes of the comparison")
@@ -55,6 +59,7 @@ def _batch(rows, prompt_len, response_len, vocab, seed=0):
   return {
       "student_tokens": tokens, "student_mask": mask,
       "teacher_tokens": np.roll(tokens, 1, axis=1), "teacher_mask": np.ones_like(mask),
+      "teacher_logprobs": np.full((rows, response_len), -10.5, np.float32),
       "response_mask": np.ones((rows, response_len), np.float32),
       "old_logprobs": np.full((rows, response_len), -10.8, np.float32),
       "advantages": rng.normal(size=rows).astype(np.float32),
@@ -62,15 +67,39 @@ def _batch(rows, prompt_len, response_len, vocab, seed=0):
   }
 
 
-def _step_flops(cfg: ModelConfig, rows: int, prompt_len: int, response_len: int) -> float:
-  """Useful FLOPs: student forward + backward (3x) and teacher forward (1x); the LM head
-  only at the R response positions."""
+def _useful_flops(cfg, rows: int, prompt_len: int, response_len: int, passes: int) -> float:
+  """`passes` forward-equivalents (3 = forward + backward) of the body over all tokens
+  and of the LM head at the R response positions."""
   body = forward_flops(cfg, rows, prompt_len + response_len, with_head=False)
   head = 2 * cfg.hidden_size * cfg.vocab_size * rows * response_len
-  return 4 * (body + head)
+  return passes * (body + head)
 
 
-def _logprob_memory(cfg: ModelConfig, rows: int, length: int, chunks: list[int]) -> dict:
+def _timed(compiled, *args, donate_first: bool = False):
+  """Best wall time of `compiled(*args)` over the repeats, after one warm-up; with
+  `donate_first` the first output replaces the first argument (a donated train state)."""
+  best = float("inf")
+  for i in range(_REPEATS.value + 1):
+    start = time.perf_counter()
+    out = compiled(*args)
+    jax.block_until_ready(out)
+    if i:
+      best = min(best, time.perf_counter() - start)
+    if donate_first:
+      args = (out[0],) + args[1:]
+  return best, out
+
+
+def _record(seconds, compile_s, flops, peak, tokens, compiled, **extra):
+  return dict(seconds=round(seconds, 3), compile_s=round(compile_s, 1),
+              tokens_per_s=round(tokens / seconds, 1),
+              achieved_gflops_per_s=round(flops / seconds / 1e9, 1),
+              fraction_of_matmul_peak=round(flops / seconds / peak, 3),
+              temp_mib=round(compiled.memory_analysis().temp_size_in_bytes / 2**20, 1),
+              **extra)
+
+
+def _logprob_memory(cfg, rows: int, length: int, chunks: list[int]) -> dict:
   """Compiled temp bytes of value-and-grad of log-prob + entropy, chunked vs naive."""
   args = (jax.ShapeDtypeStruct((rows, length, cfg.hidden_size), jnp.float32),
           jax.ShapeDtypeStruct((cfg.vocab_size, cfg.hidden_size), jnp.float32),
@@ -93,17 +122,32 @@ def _logprob_memory(cfg: ModelConfig, rows: int, length: int, chunks: list[int])
 
 
 def main(_):
-  cfg = ModelConfig(dtype=_DTYPE.value)  # the SmolLM2-135M shape
-  model = Transformer(cfg, rngs=nnx.Rngs(0))
+  model, _ = load_model("smollm2-135m-instruct", dtype=_DTYPE.value, param_dtype="float32")
+  cfg = model.cfg
   graphdef, params = nnx.split(model, nnx.Param)
   rows, prompt_len, response_len = _ROWS.value, _PROMPT.value, _RESPONSE.value
+  tokens = rows * (prompt_len + response_len)
   batch = {k: jnp.asarray(v) for k, v in
            _batch(rows, prompt_len, response_len, cfg.vocab_size).items()}
-  optim_cfg = OptimConfig()
-  loss_cfg = losses.LossConfig(kl_coef=0.0)
-  useful = _step_flops(cfg, rows, prompt_len, response_len)
   peak = matmul_peak_flops(jnp.dtype(_DTYPE.value))
   results = {}
+
+  def logprob_loss(p, tokens, mask):
+    lp, _ = lp_lib.response_logprobs(nnx.merge(graphdef, p), tokens, mask, response_len,
+                                     _CHUNK.value)
+    return -jnp.sum(lp)
+
+  start = time.perf_counter()
+  grad = jax.jit(jax.value_and_grad(logprob_loss)).lower(
+      params, batch["student_tokens"], batch["student_mask"]).compile()
+  compile_s = time.perf_counter() - start
+  seconds, (loss, _) = _timed(grad, params, batch["student_tokens"], batch["student_mask"])
+  results["grad"] = _record(seconds, compile_s, _useful_flops(
+      cfg, rows, prompt_len, response_len, 3), peak, tokens, grad,
+                            loss_finite=bool(np.isfinite(float(loss))))
+
+  optim_cfg = OptimConfig()
+  loss_cfg = losses.LossConfig(kl_coef=0.0)
   for mode in _MODES.value:
     step = ts.make_train_step(graphdef, optim_cfg, ts.TrainStepConfig(
         teacher_mode=mode, logprob_chunk=_CHUNK.value, loss=loss_cfg))
@@ -111,27 +155,16 @@ def main(_):
     start = time.perf_counter()
     compiled = step.lower(state, batch).compile()
     compile_s = time.perf_counter() - start
-    state, metrics = compiled(state, batch)  # warm-up
-    jax.block_until_ready(metrics)
-    times = []
-    for _ in range(_REPEATS.value):
-      start = time.perf_counter()
-      state, metrics = compiled(state, batch)
-      jax.block_until_ready(metrics)
-      times.append(time.perf_counter() - start)
-    seconds = min(times)
-    results[mode] = dict(
-        seconds=round(seconds, 3), compile_s=round(compile_s, 1),
-        tokens_per_s=round(rows * (prompt_len + response_len) / seconds, 1),
-        response_tokens_per_s=round(rows * response_len / seconds, 1),
-        useful_gflops_per_s=round(useful / seconds / 1e9, 2),
-        fraction_of_matmul_peak=round(useful / seconds / peak, 3),
-        step_temp_mib=round(compiled.memory_analysis().temp_size_in_bytes / 2**20, 1),
-        loss_finite=bool(np.isfinite(float(metrics["loss"]))))
+    seconds, (state, metrics) = _timed(compiled, state, batch, donate_first=True)
+    passes = 3 if mode == "precomputed" else 4  # + the teacher's forward
+    results[f"step_{mode}"] = _record(
+        seconds, compile_s, _useful_flops(cfg, rows, prompt_len, response_len, passes), peak,
+        tokens, compiled, loss_finite=bool(np.isfinite(float(metrics["loss"]))))
     del state
-  emit(dict(bench="train_step", model="smollm2-135m-shape (random weights)",
-            dtype=_DTYPE.value, rows=rows, prompt_len=prompt_len, response_len=response_len,
-            matmul_peak_gflops=round(peak / 1e9, 1), modes=results,
+  emit(dict(bench="train_step", model="smollm2-135m-instruct", dtype=_DTYPE.value,
+            param_dtype="float32", rows=rows, prompt_len=prompt_len,
+            response_len=response_len, matmul_peak_gflops=round(peak / 1e9, 1),
+            results=results,
             logprob_memory=_logprob_memory(cfg, _LP_ROWS.value, _LP_LEN.value,
                                            [int(c) for c in _LP_CHUNKS.value])))
 

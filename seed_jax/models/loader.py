@@ -15,7 +15,8 @@ from seed_jax.models.embedded import EMBEDDED_MODELS, embedded_model_dir
 from seed_jax.models.tokenizer import Tokenizer, load_tokenizer, tokenizer_from_gguf
 from seed_jax.models.transformer import Transformer
 from seed_jax.models.weights import SafetensorsSource, load_params
-from seed_jax.parallel.rules import DEFAULT_RULES, Rules
+from seed_jax.parallel.mesh import LogicalMesh
+from seed_jax.parallel.rules import Rules
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -32,14 +33,16 @@ def resolve_model_path(name_or_path: str) -> str:
 
 
 def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",
-               param_dtype: str | None = None, mesh: Mesh | None = None,
-               rules: Rules = DEFAULT_RULES) -> tuple[Transformer, Tokenizer]:
+               param_dtype: str | None = None, mesh: LogicalMesh | Mesh | None = None,
+               rules: Rules | None = None) -> tuple[Transformer, Tokenizer]:
   """Loads weights (streamed into `mesh`'s shardings) and the tokenizer.
 
   Args:
     name_or_path: embedded model name, HF folder, or `.gguf` file.
     dtype: compute dtype ("float32" or "bfloat16"); param_dtype defaults to it.
-    mesh: target mesh; None places everything on the first device.
+    mesh: target mesh (a `LogicalMesh` from `make_mesh` carries the rules); None places
+      everything on the first device.
+    rules: only needed with a plain Mesh; with a `LogicalMesh` they must equal its own.
   """
   path = resolve_model_path(name_or_path)
   overrides = dict(dtype=dtype, param_dtype=param_dtype or dtype)

@@ -59,6 +59,12 @@ class Tokenizer:
     self.hf.save_pretrained(os.fspath(folder))
 
 
+def chat_prompt_ids(tokenizer: Tokenizer, user_message: str) -> list[int]:
+  """Token ids of one user turn in the chat template, with the generation prompt: how
+  every prompt the policy answers (acting, analysing, fine-tuning) is tokenized."""
+  return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": user_message}]))
+
+
 def load_tokenizer(folder: str | os.PathLike, eos_ids: Sequence[int] | None = None
                    ) -> Tokenizer:
   """Loads the tokenizer files of a local HF folder (never the network)."""

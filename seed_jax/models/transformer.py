@@ -1,9 +1,15 @@
 """The decoder family (Llama 3 / SmolLM2, Qwen2 / 2.5, Qwen3) as Flax NNX modules.
 
 Weights keep Hugging Face's layout (`[out, in]` for projections) so that import and export
-are plain copies and matmuls contract the inner dimension. Every parameter carries
-`logical_axes` metadata that `seed_jax.parallel` maps to mesh axes; the main activations are
-constrained by the same logical names.
+are plain copies and matmuls contract the inner dimension. The layers' parameters are
+stored stacked, with a leading `[L, ...]` axis (logical name "layers"). Every parameter
+carries `logical_axes` metadata that `seed_jax.parallel` maps to mesh axes; the main
+activations are constrained by the same logical names.
+
+Mixed precision: parameters may be float32 while the compute dtype is bfloat16. Every
+matmul then runs bf16 x bf16 with float32 accumulation, in the backward pass too
+(`seed_jax.models.matmul`, `seed_jax.models.attention`); weight gradients come out in the
+parameters' dtype.
 
 Two entry points share every layer:
   * `Transformer.__call__(tokens, positions, attention_mask)`: a full forward without a
@@ -22,16 +28,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from seed_jax.models.attention import attend, attend_decode, causal_attention
 from seed_jax.models.config import ModelConfig
+from seed_jax.models.matmul import matmul
 from seed_jax.parallel.rules import constrain
 
 KVCache = list[dict[str, jax.Array]]  # per layer {"k", "v"}: [B, KV, S, head_dim]
-
-
-def _matmul(x: jax.Array, w: jax.Array) -> jax.Array:
-  """`x [..., in] @ w[out, in]^T` with float32 accumulation, result in x's dtype."""
-  y = jnp.einsum("...i,oi->...o", x, w.astype(x.dtype), preferred_element_type=jnp.float32)
-  return y.astype(x.dtype)
 
 
 class Linear(nnx.Module):
@@ -46,7 +48,7 @@ class Linear(nnx.Module):
                  if bias else None)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    y = _matmul(x, self.kernel[...])
+    y = matmul(x, self.kernel[...])
     if self.bias is not None:
       y = y + self.bias[...].astype(y.dtype)
     return y
@@ -97,92 +99,6 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
   return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
-           kv_mask: jax.Array) -> jax.Array:
-  """Grouped-query attention over key slots.
-
-  Args:
-    q: `[B, T, H, D]` queries. k, v: `[B, KV, S, D]` keys and values by slot.
-    q_slots: `[T]` the slot index of each query; it sees key slots `<= q_slot` (causal).
-    kv_mask: `[B, S]` True where a key slot holds a real token.
-  Returns:
-    `[B, T, H, D]` in q's dtype. Scores and softmax are float32.
-  """
-  b, t, h, d = q.shape
-  kv = k.shape[1]
-  q = q.reshape(b, t, kv, h // kv, d)
-  scores = jnp.einsum("btkgd,bksd->bkgts", q, k, preferred_element_type=jnp.float32)
-  scores = scores / math.sqrt(d)
-  slots = jnp.arange(k.shape[2])
-  visible = (slots[None, :] <= q_slots[:, None])[None] & kv_mask[:, None, :]  # [B, T, S]
-  scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(scores, axis=-1)
-  # Output in the operands' batch order, then transposed: XLA:CPU lacks some bf16 x bf16 ->
-  # f32 dots with a transposed output ("btkgd" raised UNIMPLEMENTED for a decode step).
-  out = jnp.einsum("bkgts,bksd->bkgtd", probs.astype(v.dtype), v,
-                   preferred_element_type=jnp.float32)
-  return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d).astype(q.dtype)
-
-
-def attend_prefill(q: jax.Array, k: jax.Array, v: jax.Array, kv_mask: jax.Array,
-                   block: int = 64) -> jax.Array:
-  """Causal attention of T queries over the same T fresh keys (prefill into an empty cache).
-
-  Queries go in blocks of `block`, each against keys up to its own end only, which halves
-  the score work of a long prompt; the softmax normalisation is applied to the `[.., D]`
-  output instead of the `[.., S]` probabilities. On XLA:CPU this is ~3x faster than
-  `attend` at 512 tokens (the elementwise softmax dominates there).
-
-  Args:
-    q: `[B, T, H, D]`. k, v: `[B, KV, T, D]`. kv_mask: `[B, T]` True at real tokens.
-  Returns:
-    `[B, T, H, D]` in q's dtype.
-  """
-  b, t, h, d = q.shape
-  kv = k.shape[1]
-  q = q.reshape(b, t, kv, h // kv, d).transpose(0, 2, 3, 1, 4)  # [B, KV, G, T, D]
-  outs = []
-  for start in range(0, t, block):
-    end = min(t, start + block)
-    scores = jnp.einsum("bkgtd,bksd->bkgts", q[:, :, :, start:end], k[:, :, :end],
-                        preferred_element_type=jnp.float32) / math.sqrt(d)
-    causal = jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]  # [Tb, S]
-    visible = causal[None] & kv_mask[:, None, :end]
-    scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    scores = scores - jnp.max(scores, axis=-1, keepdims=True)
-    weights = jnp.exp(scores)
-    total = jnp.sum(weights, axis=-1, keepdims=True)
-    out = jnp.einsum("bkgts,bksd->bkgtd", weights.astype(v.dtype), v[:, :, :end],
-                     preferred_element_type=jnp.float32)
-    outs.append(out / total)
-  out = jnp.concatenate(outs, axis=3)
-  return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d).astype(q.dtype)
-
-
-def attend_decode(q: jax.Array, k: jax.Array, v: jax.Array, q_slot: jax.Array,
-                  kv_mask: jax.Array) -> jax.Array:
-  """One query per row (a decode step) over the cache: `attend` with T = 1 written as
-  `[B, KV, G, D]` contractions, which XLA:CPU runs ~2x faster than the 5-D form.
-
-  Args:
-    q: `[B, 1, H, D]`. k, v: `[B, KV, S, D]`. q_slot: scalar slot of the query (it sees
-    slots `<= q_slot`). kv_mask: `[B, S]`.
-  Returns:
-    `[B, 1, H, D]` in q's dtype.
-  """
-  b, _, h, d = q.shape
-  kv = k.shape[1]
-  q = q.reshape(b, kv, h // kv, d)
-  scores = jnp.einsum("bkgd,bksd->bkgs", q, k, preferred_element_type=jnp.float32)
-  scores = scores / math.sqrt(d)
-  visible = (jnp.arange(k.shape[2]) <= q_slot)[None, :] & kv_mask  # [B, S]
-  scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(scores, axis=-1)
-  out = jnp.einsum("bkgs,bksd->bkgd", probs.astype(v.dtype), v,
-                   preferred_element_type=jnp.float32)
-  return out.reshape(b, 1, h, d).astype(q.dtype)
-
-
 class Attention(nnx.Module):
   """Multi-head attention with grouped KV heads, optional q/k/v bias and q/k RMSNorm."""
 
@@ -214,7 +130,7 @@ class Attention(nnx.Module):
     k = apply_rope(k, positions, inv_freq)
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, KV, T, D]
     if cache is None:
-      out = attend(q, k, v, jnp.arange(t), kv_mask)
+      out = causal_attention(q, k, v, kv_mask)
     else:
       start = (0, 0, cache_index, 0)
       k_new, v_new = k.astype(cache["k"].dtype), v.astype(cache["v"].dtype)
@@ -223,7 +139,8 @@ class Attention(nnx.Module):
       cache = {"k": k, "v": v}
       if isinstance(cache_index, int) and cache_index == 0:
         # Prefill into an empty cache: only the fresh keys can be visible.
-        out = attend_prefill(q, k_new.astype(q.dtype), v_new.astype(q.dtype), kv_mask[:, :t])
+        out = causal_attention(q, k_new.astype(q.dtype), v_new.astype(q.dtype),
+                               kv_mask[:, :t])
       elif t == 1:
         out = attend_decode(q, k.astype(q.dtype), v.astype(q.dtype), cache_index, kv_mask)
       else:
@@ -263,13 +180,27 @@ class Block(nnx.Module):
     return constrain(x, ("batch", "length", "act_embed")), cache
 
 
-def _full_block(layer: Block, x, positions, inv_freq, kv_mask):
-  return layer(x, positions, inv_freq, kv_mask, None, 0)[0]
+def stacked_blocks(cfg: ModelConfig, rngs: nnx.Rngs) -> Block:
+  """`cfg.num_layers` blocks as one `Block` whose parameters are stacked `[L, ...]`
+  (independently initialised per layer), with "layers" prepended to their logical axes."""
+
+  @nnx.split_rngs(splits=cfg.num_layers)
+  @nnx.vmap(in_axes=0, out_axes=0)
+  def make(rngs):
+    return Block(cfg, rngs)
+
+  blocks = make(rngs)
+  for _, var in nnx.iter_graph(blocks):
+    if isinstance(var, nnx.Variable) and var.get_metadata().get("logical_axes"):
+      var.set_metadata(logical_axes=("layers",) + tuple(var.get_metadata()["logical_axes"]))
+  return blocks
 
 
 class Transformer(nnx.Module):
-  """Decoder-only LM. Layers are a Python list: on XLA:CPU an unrolled loop beat `scan`,
-  which copied each layer's weights and cache every decode step."""
+  """Decoder-only LM. `layers` is one `Block` whose parameters are stacked `[L, ...]`:
+  the full forward scans over them directly; the cached forward (prefill, decode) runs an
+  unrolled loop over static per-layer slices, which on XLA:CPU beat a `scan` that copied
+  each layer's cache every decode step."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
@@ -277,7 +208,7 @@ class Transformer(nnx.Module):
     self.embed = nnx.Param(
         nnx.initializers.normal(stddev=1.0)(rngs.params(), (cfg.vocab_size, cfg.hidden_size),
                                             pd), logical_axes=("vocab", "embed"))
-    self.layers = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+    self.layers = stacked_blocks(cfg, rngs)
     self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd)
     self.lm_head = (None if cfg.tie_word_embeddings else
                     Linear(cfg.hidden_size, cfg.vocab_size, ("vocab", "embed"), bias=False,
@@ -285,37 +216,24 @@ class Transformer(nnx.Module):
 
   def _run(self, tokens, positions, kv_mask, cache: KVCache | None, cache_index):
     # Gather from a whole table: a lookup into a vocab/fsdp-sharded table has no efficient
-    # SPMD partitioning, and XLA would replicate it anyway (with a warning).
-    table = constrain(self.embed[...].astype(self.cfg.jnp_dtype), (None, None))
-    x = table[tokens]
+    # SPMD partitioning, and XLA would replicate it anyway (with a warning). Rows are cast
+    # after the gather, so the table's gradient is a scatter-add in its own dtype.
+    table = constrain(self.embed[...], (None, None))
+    x = table[tokens].astype(self.cfg.jnp_dtype)
     x = constrain(x, ("batch", "length", "act_embed"))
     inv_freq = rope_inverse_frequencies(self.cfg)
-    new_cache = [] if cache is not None else None
+    graphdef, stacked = nnx.split(self.layers)
     if cache is None:
-      x = self._scan_layers(x, positions, inv_freq, kv_mask)
-    else:
-      for i, layer in enumerate(self.layers):
-        x, layer_cache = layer(x, positions, inv_freq, kv_mask, cache[i], cache_index)
-        new_cache.append(layer_cache)
+      return self.final_norm(_scan_layers(graphdef, stacked, x, positions, inv_freq,
+                                          kv_mask)), None
+    # Static per-layer slices of the stacked weights: inside a decode `while_loop` XLA
+    # hoists them out of the loop (one copy per generate call, not per step).
+    new_cache = []
+    for i in range(self.cfg.num_layers):
+      layer = nnx.merge(graphdef, jax.tree.map(lambda w, i=i: w[i], stacked))
+      x, layer_cache = layer(x, positions, inv_freq, kv_mask, cache[i], cache_index)
+      new_cache.append(layer_cache)
     return self.final_norm(x), new_cache
-
-  def _scan_layers(self, x, positions, inv_freq, kv_mask):
-    """The layers as a rematerialised `scan` over their stacked weights.
-
-    Under grad, the backward pass keeps one `[B, T, E]` input per layer and recomputes the
-    rest, one layer at a time, so memory does not grow with depth. (`jax.checkpoint` on an
-    unrolled loop does not bound it on XLA:CPU, whose scheduler hoists the recomputation.)
-    """
-    graphdef = nnx.graphdef(self.layers[0])
-    stacked = jax.tree.map(lambda *ws: jnp.stack(ws),
-                           *[nnx.state(layer) for layer in self.layers])
-
-    @jax.checkpoint
-    def body(h, layer_state):
-      return _full_block(nnx.merge(graphdef, layer_state), h, positions, inv_freq,
-                         kv_mask), None
-
-    return jax.lax.scan(body, x, stacked)[0]
 
   def __call__(self, tokens: jax.Array, positions: jax.Array,
                attention_mask: jax.Array) -> jax.Array:
@@ -347,8 +265,24 @@ class Transformer(nnx.Module):
   def unembed(self, hidden: jax.Array) -> jax.Array:
     """`[..., E]` hidden states -> `[..., V]` float32 logits (tied or separate head)."""
     w = self.embed[...] if self.lm_head is None else self.lm_head.kernel[...]
-    return jnp.einsum("...e,ve->...v", hidden, w.astype(hidden.dtype),
-                      preferred_element_type=jnp.float32)
+    return matmul(hidden, w, out_dtype=jnp.float32)
+
+
+def _scan_layers(graphdef: nnx.GraphDef, stacked: nnx.State, x: jax.Array,
+                 positions: jax.Array, inv_freq: jax.Array, kv_mask: jax.Array) -> jax.Array:
+  """`x [B, T, E]` through every layer: a rematerialised `scan` over the stacked weights.
+
+  Under grad, the backward pass keeps one `[B, T, E]` input per layer and recomputes the
+  rest, one layer at a time, so memory does not grow with depth. (`jax.checkpoint` on an
+  unrolled loop does not bound it on XLA:CPU, whose scheduler hoists the recomputation.)
+  """
+
+  @jax.checkpoint
+  def body(h, layer_state):
+    layer = nnx.merge(graphdef, layer_state)
+    return layer(h, positions, inv_freq, kv_mask, None, 0)[0], None
+
+  return jax.lax.scan(body, x, stacked)[0]
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:

@@ -1,13 +1,16 @@
 """Weights in and out: parameter naming, streaming import into shardings, HF export.
 
-Our parameter tree mirrors Hugging Face's module tree one to one (kernels keep the `[out,
-in]` layout), so a parameter's HF tensor name is a pure function of its path. Import builds
-the model abstractly (no memory), then fills each parameter from a `TensorSource` straight
-into its target sharding: one tensor (or one device's slice of it) in host memory at a time.
+Our parameter tree mirrors Hugging Face's module tree (kernels keep the `[out, in]`
+layout), except that the layers' parameters are stacked: `layers.attn.q_proj.kernel` is
+`[L, out, in]` and its slice `i` is HF's `model.layers.{i}.self_attn.q_proj.weight`. So a
+parameter's HF tensor names are a pure function of its path. Import builds the model
+abstractly (no memory), then fills each parameter from a `TensorSource` straight into its
+target sharding: one device's slice of it in host memory at a time.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -23,8 +26,8 @@ from jax.sharding import Mesh
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.transformer import Transformer
 from seed_jax.parallel import hosts
-from seed_jax.parallel.mesh import param_shardings
-from seed_jax.parallel.rules import DEFAULT_RULES, Rules
+from seed_jax.parallel.mesh import LogicalMesh, as_logical_mesh, param_shardings
+from seed_jax.parallel.rules import Rules
 
 # Our module names -> HF module names, applied per path component.
 _RENAMES = {"attn": "self_attn", "input_norm": "input_layernorm",
@@ -40,6 +43,14 @@ def hf_tensor_name(path: tuple) -> str:
   if parts == ["embed_tokens"]:
     parts = ["embed_tokens", "weight"]
   return "model." + ".".join(parts)
+
+
+def hf_tensor_names(path: tuple, num_layers: int) -> list[str]:
+  """The HF tensors of one parameter, in order: L of them (one per slice of the leading
+  axis) for a stacked layer parameter `('layers', ...)`, else one."""
+  if path[0] == "layers":
+    return [hf_tensor_name(("layers", i) + tuple(path[1:])) for i in range(num_layers)]
+  return [hf_tensor_name(path)]
 
 
 class TensorSource(Protocol):
@@ -64,38 +75,53 @@ def abstract_model(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
   return nnx.split(model)
 
 
-def load_params(cfg: ModelConfig, source: TensorSource, mesh: Mesh | None = None,
-                rules: Rules = DEFAULT_RULES,
+def _read_stacked(source: TensorSource, names: list[str], index: tuple[slice, ...],
+                  dtype) -> np.ndarray:
+  """Slice `index` of the `[L, ...]` stack of tensors `names`, read one layer at a time."""
+  layers = range(len(names))[index[0]]
+  return np.stack([np.asarray(source.read(names[i], tuple(index[1:]))).astype(dtype)
+                   for i in layers])
+
+
+def load_params(cfg: ModelConfig, source: TensorSource,
+                mesh: LogicalMesh | Mesh | None = None, rules: Rules | None = None,
                 progress: Callable[[Iterable], Iterable] = lambda it: it) -> Transformer:
   """Builds a `Transformer` whose parameters stream from `source` into their shardings.
 
-  Every parameter must be found with the expected shape, and every tensor of the source
-  must be used (a tied model may carry a redundant `lm_head.weight`): nothing is silently
-  skipped. Errors name the source and the tensor.
+  Placement follows `mesh`'s rules (a `LogicalMesh` from `make_mesh`; `rules` only for a
+  plain Mesh); without a mesh, everything goes to the first device. Every parameter must
+  be found with the expected shape, and every tensor of the source must be used (a tied
+  model may carry a redundant `lm_head.weight`): nothing is silently skipped. Errors name
+  the source and the tensor.
   """
   graphdef, state = abstract_model(cfg)
   if mesh is None:
     mesh = Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
-  shardings = dict(nnx.to_flat_state(param_shardings(state, mesh, rules)))
+  shardings = dict(nnx.to_flat_state(param_shardings(state, as_logical_mesh(mesh, rules))))
   available = set(source.names())
   used = set()
   flat = []
   for path, var in progress(list(nnx.to_flat_state(state))):
-    name = hf_tensor_name(path)
-    if name not in available:
-      raise KeyError(f"{source.description}: tensor {name!r} is missing "
-                     f"(needed for parameter {'.'.join(map(str, path))})")
-    shape = tuple(source.shape(name))
-    if shape != tuple(var.shape):
-      raise ValueError(f"{source.description}: tensor {name!r} has shape {shape}, "
-                       f"expected {tuple(var.shape)}")
+    names = hf_tensor_names(path, cfg.num_layers)
+    stacked = path[0] == "layers"
+    want = tuple(var.shape[1:]) if stacked else tuple(var.shape)
+    for name in names:
+      if name not in available:
+        raise KeyError(f"{source.description}: tensor {name!r} is missing "
+                       f"(needed for parameter {'.'.join(map(str, path))})")
+      shape = tuple(source.shape(name))
+      if shape != want:
+        raise ValueError(f"{source.description}: tensor {name!r} has shape {shape}, "
+                         f"expected {want}")
     sharding = shardings[path].get_value()
     dtype = var.dtype
-    value = jax.make_array_from_callback(
-        shape, sharding, lambda index, name=name: np.asarray(
-            source.read(name, index)).astype(dtype))
-    flat.append((path, var.replace(value)))
-    used.add(name)
+    if stacked:
+      read = functools.partial(_read_stacked, source, names, dtype=dtype)
+    else:
+      read = lambda index, name=names[0], dtype=dtype: np.asarray(
+          source.read(name, index)).astype(dtype)
+    flat.append((path, var.replace(jax.make_array_from_callback(var.shape, sharding, read))))
+    used.update(names)
   # A tied checkpoint may still carry lm_head.weight (a copy of the embedding), and old
   # Llama checkpoints carry rotary inv_freq buffers: both are derived, not parameters.
   unused = {n for n in available - used
@@ -165,10 +191,16 @@ class ArraySource:
 
 
 def params_to_hf_tensors(model: Transformer) -> dict[str, np.ndarray]:
-  """Host copies of every parameter under its HF tensor name."""
+  """Host copies of every parameter under its HF tensor names (stacked layer parameters
+  split into one tensor per layer)."""
   _, state = nnx.split(model, nnx.Param)
-  return {hf_tensor_name(path): hosts.fetch(var.get_value())
-          for path, var in nnx.to_flat_state(state)}
+  tensors = {}
+  for path, var in nnx.to_flat_state(state):
+    value = hosts.fetch(var.get_value())
+    names = hf_tensor_names(path, model.cfg.num_layers)
+    parts = list(value) if path[0] == "layers" else [value]
+    tensors.update(zip(names, parts, strict=True))
+  return tensors
 
 
 def export_hf(model: Transformer, out_dir: str | os.PathLike, tokenizer=None,

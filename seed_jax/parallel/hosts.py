@@ -45,10 +45,10 @@ def put(array: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
   return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
 
 
-def put_rows(batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh | None
+def put_rows(batch: dict[str, np.ndarray], mesh  # LogicalMesh | Mesh | None
              ) -> dict[str, jax.Array | np.ndarray]:
-  """Puts every `[B, ...]` array of `batch` with its rows over ("data", "fsdp");
-  without a mesh the batch is returned as is."""
+  """Puts every `[B, ...]` array of `batch` with its rows by the mesh's "batch" rule (by
+  default over ("data", "fsdp")); without a mesh the batch is returned as is."""
   if mesh is None:
     return batch
   return {k: put(v, batch_sharding(mesh, np.ndim(v))) for k, v in batch.items()}

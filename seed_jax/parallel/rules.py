@@ -21,6 +21,9 @@ Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
 DEFAULT_RULES: Rules = (
     # Parameters: FSDP over the model dimension, tensor parallel over heads / MLP / vocab.
+    # The stacked layers' leading axis is replicated: every device holds every layer's
+    # slice, so the layer scan never moves weights between devices.
+    ("layers", None),
     ("embed", "fsdp"),
     ("vocab", "tensor"),
     ("mlp", "tensor"),
@@ -55,6 +58,11 @@ def validate_rules(rules: Sequence[Sequence]) -> Rules:
                          f"mesh axes are {MESH_AXES}")
     out.append((name, axes))
   return tuple(out)
+
+
+def active_rules() -> Rules:
+  """The rules table `constrain` uses right now (set by `logical_rules`)."""
+  return _ACTIVE_RULES.get()
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 from typing import Any, Sequence
 
@@ -29,7 +28,7 @@ from flax import nnx
 
 from seed_jax.models.config import ModelConfig
 from seed_jax.parallel import hosts
-from seed_jax.parallel.mesh import batch_sharding, replicated, shard_params
+from seed_jax.parallel.mesh import as_logical_mesh, shard_params
 from seed_jax.sampling import engine, stops
 
 _MAX_EOS_IDS = 8  # eos ids are padded to this many (-1 never matches a token)
@@ -108,8 +107,9 @@ class Sampler:
     graphdef, params: `nnx.split(model)` of a `Transformer`.
     cfg: the model's config (eos ids when no tokenizer, vocabulary size).
     tokenizer: optional; gives texts, eos ids and stop-string tables.
-    mesh: optional; params are placed by their logical axes, batch over (data, fsdp),
-      cache heads over tensor.
+    mesh: optional `LogicalMesh` (or plain Mesh: the active rules); params, batch rows
+      and the cache are placed by its rules (by default rows over (data, fsdp), heads
+      over tensor).
     max_cache_len: most slots a row's cache may hold (prompt bucket + new tokens).
     prompt_buckets / batch_buckets: sorted sizes; None means powers of two.
     cache_dtype: KV cache dtype; defaults to the model's compute dtype.
@@ -119,21 +119,21 @@ class Sampler:
                tokenizer=None, mesh=None, max_cache_len: int = 4096,
                prompt_buckets: Sequence[int] | None = None,
                batch_buckets: Sequence[int] | None = None, cache_dtype=None):
-    self.graphdef, self.cfg, self.tokenizer, self.mesh = graphdef, cfg, tokenizer, mesh
+    self.graphdef, self.cfg, self.tokenizer = graphdef, cfg, tokenizer
+    self.mesh = as_logical_mesh(mesh)
     self.max_cache_len = max_cache_len
     self.prompt_buckets = tuple(sorted(prompt_buckets)) if prompt_buckets else None
     self.batch_buckets = tuple(sorted(batch_buckets)) if batch_buckets else None
     self.cache_dtype = jnp.dtype(cache_dtype) if cache_dtype is not None else None
     self.params = None
     self.update_params(params)
-    self.num_traces = 0  # incremented each time prefill/decode is traced (= compiled)
     self._stop_tables: dict[tuple[str, ...], tuple[jax.Array, int]] = {}
     self._token_texts: list[str] | None = None
-    self._prefill = jax.jit(self._counted(engine.prefill), static_argnums=(0,),
+    self._prefill = jax.jit(engine.prefill, static_argnums=(0,),
                             static_argnames=("cache_len", "max_new_bucket", "num_samples",
                                              "decode_rows", "prefill_rows", "cache_dtype",
                                              "top_k", "use_top_p"))
-    self._decode = jax.jit(self._counted(engine.decode), static_argnums=(0,),
+    self._decode = jax.jit(engine.decode, static_argnums=(0,),
                            static_argnames=("prompt_len", "top_k", "use_top_p"),
                            donate_argnums=(2,))
 
@@ -141,13 +141,6 @@ class Sampler:
   def from_model(cls, model, **kwargs) -> Sampler:
     graphdef, params = nnx.split(model)
     return cls(graphdef, params, model.cfg, **kwargs)
-
-  def _counted(self, fn):
-    @functools.wraps(fn)
-    def wrapped(*args, **kwargs):
-      self.num_traces += 1
-      return fn(*args, **kwargs)
-    return wrapped
 
   def update_params(self, params: nnx.State) -> None:
     """Uses `params` from now on; same shapes/dtypes/shardings means no recompile."""
@@ -181,10 +174,9 @@ class Sampler:
   def _put(self, array, replicate: bool = False):
     if self.mesh is None:
       return jnp.asarray(array)
-    shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-    if replicate or np.shape(array)[0] % shards:
-      return hosts.put(array, replicated(self.mesh))
-    return hosts.put(array, batch_sharding(self.mesh, np.ndim(array)))
+    if replicate or np.shape(array)[0] % self.mesh.batch_shards:
+      return hosts.put(array, self.mesh.replicated())
+    return hosts.put(array, self.mesh.batch_sharding(np.ndim(array)))
 
   def _shapes(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> dict[str, int]:
     longest = max(len(p) for p in prompt_ids)
@@ -200,7 +192,7 @@ class Sampler:
       prompt_len = room
     batch = _round_up(len(prompt_ids), self.batch_buckets, "number of prompts")
     if self.mesh is not None:  # keep the batch divisible by the batch-sharded axes
-      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+      shards = self.mesh.batch_shards
       batch = -(-batch // shards) * shards
     max_new_bucket = _round_up(sampling.max_new_tokens, None, "max_new_tokens")
     cache_len = min(prompt_len + max_new_bucket, self.max_cache_len)
@@ -272,7 +264,7 @@ class Sampler:
   def _mesh_context(self):
     if self.mesh is None:
       return contextlib.nullcontext()
-    return jax.set_mesh(self.mesh)
+    return self.mesh.activate()
 
   def _assemble(self, fetched: dict[str, np.ndarray], rows: int,
                 sampling: SamplingParams) -> SampleOutput:

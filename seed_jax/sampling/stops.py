@@ -105,19 +105,21 @@ def no_stop_table(vocab: int) -> tuple[np.ndarray, int]:
 
 
 def token_texts_of(tokenizer, vocab_size: int) -> list[str]:
-  """The text of every token id (empty beyond the tokenizer's vocabulary).
+  """The text of every token id (empty beyond the tokenizer's vocabulary), as the
+  sampler's output texts show it: special tokens have none, so the device's stop-string
+  automaton and the host's truncation see the same stream.
 
-  Uses the underlying transformers tokenizer's batched decode when there is one (fast,
-  special tokens kept as text), else `tokenizer.decode([id])` per id.
+  Uses the underlying transformers tokenizer's batched decode when there is one (fast),
+  else `tokenizer.decode([id])` per id.
   """
   hf = getattr(tokenizer, "hf", None)
   size = min(vocab_size, len(hf) if hf is not None else vocab_size)
   ids = [[i] for i in range(size)]
   if hf is not None:
-    texts = hf.batch_decode(ids, skip_special_tokens=False,
+    texts = hf.batch_decode(ids, skip_special_tokens=True,
                             clean_up_tokenization_spaces=False)
   else:
-    texts = [tokenizer.decode(i) for i in ids]
+    texts = [tokenizer.decode(i, skip_special_tokens=True) for i in ids]
   return list(texts) + [""] * (vocab_size - size)
 
 

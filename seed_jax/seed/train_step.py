@@ -29,14 +29,14 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from seed_jax.parallel.mesh import in_mesh
+from seed_jax.checks import one_of, positive_int, require
+from seed_jax.parallel.mesh import LogicalMesh, as_logical_mesh, in_mesh, param_shardings
 from seed_jax.seed import losses
 from seed_jax.seed import optim
 from seed_jax.seed.logprobs import response_logprobs
 
 Batch = dict[str, jax.Array]
 TEACHER_MODES = ("joint", "separate", "precomputed")
-BATCH_AXES = ("data", "fsdp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,26 +44,25 @@ class TrainStepConfig:
   """How one update is computed.
 
   Attributes:
-    teacher_mode: "joint" | "separate" | "precomputed" (module docstring). The public code
-      scores the teacher with theta_old ("precomputed"); the paper writes theta. Default
-      "separate", the paper's reading: measured at the SmolLM2-135M shape (bench/
-      train_step.py, CPU) it was a little faster than "joint" and needed half the step's
-      temporary memory, since "joint" keeps teacher activations for a zero backward.
+    teacher_mode: "joint" | "separate" | "precomputed" (module docstring). Default
+      "precomputed", the public code's: the teacher is scored with theta_old once per
+      iteration. The paper writes theta: "separate" scores it in a no-grad pass of the
+      step (measured at the SmolLM2-135M shape on CPU, a little faster than "joint" and
+      half its temporary memory, since "joint" keeps teacher activations for a zero
+      backward), "joint" in the student's batched forward.
     micro_batches: k, the batch is split into k micro-batches whose gradients are summed
       (token means stay exact: every part is divided by the whole batch's token count).
     logprob_chunk: response positions unembedded at a time (memory vs. launch overhead).
     loss: the loss weights.
   """
-  teacher_mode: str = "separate"
+  teacher_mode: str = "precomputed"
   micro_batches: int = 1
   logprob_chunk: int = 128
   loss: losses.LossConfig = losses.LossConfig()
 
   def __post_init__(self):
-    if self.teacher_mode not in TEACHER_MODES:
-      raise ValueError(f"teacher_mode must be one of {TEACHER_MODES}, got {self.teacher_mode!r}")
-    if self.micro_batches < 1:
-      raise ValueError(f"micro_batches must be >= 1, got {self.micro_batches}")
+    require(self, "teacher_mode", one_of(TEACHER_MODES), f"one of {TEACHER_MODES}")
+    require(self, ("micro_batches", "logprob_chunk"), positive_int, "a positive integer")
 
 
 @flax.struct.dataclass
@@ -87,16 +86,19 @@ def init_train_state(params, optim_cfg: optim.OptimConfig,
   return jax.jit(make, out_shardings=shardings)(params)
 
 
-def train_state_shardings(params, mesh: Mesh, optim_cfg: optim.OptimConfig) -> TrainState:
-  """Shardings of the state for params already placed on `mesh` (shard_params): each
-  optimizer moment like its parameter, counters and scalars replicated."""
-  param_shardings = jax.tree.map(lambda x: x.sharding, params)
-  replicated = NamedSharding(mesh, PartitionSpec())
+def train_state_shardings(params, mesh: LogicalMesh | Mesh, optim_cfg: optim.OptimConfig
+                          ) -> TrainState:
+  """Shardings of the state on `mesh`: each parameter by its logical axes and the mesh's
+  rules (wherever it sits now), each optimizer moment like its parameter, counters and
+  scalars replicated."""
+  mesh = as_logical_mesh(mesh)
+  shardings = param_shardings(params, mesh)
+  replicated = mesh.replicated()
   optimizer = optim.make_optimizer(optim_cfg)
   opt_shardings = optax.tree_map_params(
-      optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params), param_shardings,
+      optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params), shardings,
       transform_non_params=lambda _: replicated)
-  return TrainState(params=param_shardings, opt_state=opt_shardings, step=replicated,
+  return TrainState(params=shardings, opt_state=opt_shardings, step=replicated,
                     skipped=replicated)
 
 
@@ -105,7 +107,8 @@ def _score(graphdef, params, tokens, mask, response_len, chunk):
   return response_logprobs(model, tokens, mask, response_len, chunk)
 
 
-def make_score_fn(graphdef, chunk: int = 128, mesh: Mesh | None = None) -> Callable:
+def make_score_fn(graphdef, chunk: int = 128, mesh: LogicalMesh | Mesh | None = None
+                  ) -> Callable:
   """Jitted `(params, tokens [B, T], mask [B, T], response_len) -> logprobs [B, R]`.
 
   For the once-per-iteration teacher ("precomputed") and reference log-probs.
@@ -115,12 +118,13 @@ def make_score_fn(graphdef, chunk: int = 128, mesh: Mesh | None = None) -> Calla
   return in_mesh(jitted, mesh)
 
 
-def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig, mesh: Mesh | None = None
-                          ) -> Callable:
+def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
+                          mesh: LogicalMesh | Mesh | None = None) -> Callable:
   """`(params, batch) -> (loss, grads, sums)`: the accumulated loss of the whole batch,
   its float32 gradients and the metric sums (not jitted; the train step jits it)."""
   loss_cfg = cfg.loss
   chunk = cfg.logprob_chunk
+  mesh = as_logical_mesh(mesh)
 
   def micro_batch_loss(params, mb, teacher_lp, tokens, opd_tokens):
     resp_len = mb["response_mask"].shape[1]
@@ -195,15 +199,16 @@ def _identity(key: str) -> float:
   return 0.0
 
 
-def _split_micro(x: jax.Array, k: int, mesh: Mesh | None) -> jax.Array:
+def _split_micro(x: jax.Array, k: int, mesh: LogicalMesh | None) -> jax.Array:
   """`[B, ...] -> [k, B/k, ...]`, micro-batch j = rows j, j+k, ...: strided, so every
   device keeps an equal share of each micro-batch under batch sharding."""
   if x.shape[0] % k:
     raise ValueError(f"batch of {x.shape[0]} rows does not split into {k} micro-batches")
   split = x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1)
   if mesh is not None:
+    rows = mesh.batch_sharding(1).spec[0]
     split = jax.lax.with_sharding_constraint(
-        split, NamedSharding(mesh, PartitionSpec(None, BATCH_AXES)))
+        split, NamedSharding(mesh.mesh, PartitionSpec(None, rows)))
   return split
 
 
@@ -225,17 +230,20 @@ def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, 
 
 
 def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig,
-                    mesh: Mesh | None = None, state_shardings: TrainState | None = None
+                    mesh: LogicalMesh | Mesh | None = None,
+                    state_shardings: TrainState | None = None
                     ) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
   """The jitted update with donated state.
 
   Args:
     graphdef: from `nnx.split(model, nnx.Param)`.
-    mesh, state_shardings: with a mesh, explicit shardings (`train_state_shardings`);
-      batch rows over ("data", "fsdp"), metrics replicated. Without, plain jit.
+    mesh, state_shardings: with a mesh (a `LogicalMesh`, whose rules place everything),
+      explicit shardings (`train_state_shardings`); batch rows by the "batch" rule,
+      metrics replicated. Without, plain jit.
   Returns:
     `step(state, batch) -> (state, metrics)`; metrics are float32 scalars plus
-    `gate_hist [gate_bins]` when OPD is on.
+    `gate_hist [gate_bins]` when OPD is on. `step.lower(state, batch)` compiles ahead of
+    time under the same mesh and rules.
   """
   optimizer = optim.make_optimizer(optim_cfg)
   schedule = optim.make_schedule(optim_cfg)
@@ -255,8 +263,8 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
   if state_shardings is None:
     raise ValueError("make_train_step with a mesh needs state_shardings "
                      "(train_state_shardings(params, mesh, optim_cfg))")
-  replicated = NamedSharding(mesh, PartitionSpec())
-  rows = NamedSharding(mesh, PartitionSpec(BATCH_AXES))  # a prefix: every batch array
+  mesh = as_logical_mesh(mesh)
+  rows = mesh.batch_sharding(1)  # a prefix: every batch array
   jitted = jax.jit(step, in_shardings=(state_shardings, rows),
-                   out_shardings=(state_shardings, replicated), donate_argnums=0)
+                   out_shardings=(state_shardings, mesh.replicated()), donate_argnums=0)
   return in_mesh(jitted, mesh)

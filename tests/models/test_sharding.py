@@ -9,14 +9,8 @@ import pytest
 from flax import nnx
 
 from seed_jax.models import ModelConfig, load_model, random_model
-from seed_jax.parallel import (DEFAULT_RULES, MeshConfig, batch_sharding, check_sharded_enough,
-                               make_mesh, shard_params)
-
-
-@pytest.fixture(scope="module")
-def mesh():
-  assert jax.device_count() == 8, "tests/conftest.py must force 8 fake CPU devices"
-  return make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+from seed_jax.parallel import (DEFAULT_RULES, LogicalMesh, MeshConfig, batch_sharding,
+                               check_sharded_enough, shard_params)
 
 
 def forward(graphdef, params, tokens, positions, mask):
@@ -42,7 +36,7 @@ def test_sharded_forward_equals_unsharded(mesh, cfg):
   expected = jax.jit(forward, static_argnums=0)(graphdef, params, *args)
   sharded = shard_params(params, mesh)
   data = batch_sharding(mesh)
-  with jax.set_mesh(mesh):
+  with mesh.activate():
     got = jax.jit(forward, static_argnums=0, out_shardings=batch_sharding(mesh, 3))(
         graphdef, sharded, *(jax.device_put(a, data) for a in args))
   assert got.sharding.spec[0] == ("data", "fsdp")
@@ -59,8 +53,8 @@ def test_parameters_are_sharded_by_their_logical_axes(mesh):
 
 def test_replicated_large_parameters_are_caught(mesh):
   everything_replicated = tuple((name, None) for name, _ in DEFAULT_RULES)
-  params = shard_params(nnx.split(random_model(ModelConfig.tiny()), nnx.Param)[1], mesh,
-                        everything_replicated)
+  params = shard_params(nnx.split(random_model(ModelConfig.tiny()), nnx.Param)[1],
+                        LogicalMesh(mesh.mesh, everything_replicated))
   with pytest.raises(ValueError, match=r"fsdp=2.*embed \(256, 64\)"):
     check_sharded_enough(params, mesh, min_size=1024)
 
@@ -73,10 +67,10 @@ def test_weights_stream_into_mesh_shardings(mesh, tmp_path):
   from seed_jax.models.embedded import embedded_model_dir
   shutil.copy(f"{embedded_model_dir()}/tokenizer.json", tmp_path / "m" / "tokenizer.json")
   loaded, _ = load_model(str(tmp_path / "m"), mesh=mesh)
-  kernel = loaded.layers[0].mlp.up_proj.kernel.get_value()
-  assert kernel.sharding.spec == jax.sharding.PartitionSpec("tensor", "fsdp")
+  kernel = loaded.layers.mlp.up_proj.kernel.get_value()  # [L, mlp, embed]
+  assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "tensor", "fsdp")
   np.testing.assert_array_equal(np.asarray(kernel),
-                                np.asarray(model.layers[0].mlp.up_proj.kernel.get_value()))
+                                np.asarray(model.layers.mlp.up_proj.kernel.get_value()))
 
 
 @pytest.mark.parametrize("sizes,devices,shape", [((1, -1, 1), 8, (1, 8, 1)),
@@ -93,3 +87,15 @@ def test_mesh_sizes_resolve(sizes, devices, shape):
 def test_bad_mesh_sizes_name_the_problem(sizes, match):
   with pytest.raises(ValueError, match=match):
     MeshConfig(*sizes).resolved_shape(8)
+
+
+def test_layer_parameters_are_stacked_with_a_replicated_layers_axis(mesh):
+  cfg = ModelConfig.tiny(num_layers=3)
+  _, params = nnx.split(random_model(cfg), nnx.Param)
+  q = params["layers"]["attn"]["q_proj"]["kernel"]
+  assert q.shape == (3, cfg.num_heads * cfg.head_dim, cfg.hidden_size)
+  assert q.get_metadata()["logical_axes"] == ("layers", "heads", "embed")
+  assert not np.allclose(np.asarray(q[...][0]), np.asarray(q[...][1]))  # own init per layer
+  placed = shard_params(params, mesh)
+  spec = placed["layers"]["attn"]["q_proj"]["kernel"].get_value().sharding.spec
+  assert spec == jax.sharding.PartitionSpec(None, "tensor", "fsdp")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seed_jax.sampling.stops import build_stop_table, find_first_stop, truncate_at_stop
+from seed_jax.sampling.stops import (build_stop_table, find_first_stop, token_texts_of,
+                                     truncate_at_stop)
 from tests.sampling.conftest import ToyTokenizer
 
 STOPS = ("</a>", "ab", "x</")
@@ -68,3 +69,12 @@ def test_truncate_keeps_the_stop_string():
 def test_empty_stop_string_is_an_error():
   with pytest.raises(ValueError, match="non-empty"):
     build_stop_table(("",), ["a"])
+
+
+def test_special_tokens_carry_no_text_for_the_stop_automaton():
+  """The device matches stop strings on the text the host returns, which skips special
+  tokens: a stop string never completes across one on the device alone."""
+  tokenizer = ToyTokenizer(16)
+  texts = token_texts_of(tokenizer, 16)
+  assert texts[:3] == ["", "", ""]  # <pad>, <s>, </s>
+  assert texts[3:] == tokenizer.texts[3:]

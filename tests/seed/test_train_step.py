@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from flax import nnx
 
 from seed_jax.models import ModelConfig, Transformer
-from seed_jax.parallel import MeshConfig, make_mesh, shard_params
+from seed_jax.parallel import shard_params
 from seed_jax.seed import batch as batch_lib
 from seed_jax.seed import losses
 from seed_jax.seed import train_step as ts
@@ -75,8 +76,7 @@ def grad_fns(setup):
 
 
 def _assert_trees_close(a, b, rtol=1e-5, atol=1e-6):
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+  chex.assert_trees_all_close(a, b, rtol=rtol, atol=atol)
 
 
 def test_score_fn_matches_full_log_softmax(setup):
@@ -143,12 +143,11 @@ def _with_ref(batch):
 
 
 @pytest.mark.parametrize("mode", ["joint", "separate"])
-def test_sharded_step_equals_single_device(setup, single_steps, mode):
+def test_sharded_step_equals_single_device(setup, single_steps, mode, mesh):
   graphdef, params, batch, _ = setup
   batch = _with_ref(batch)
   want_state, want_metrics = single_steps(mode)(_fresh_state(params), batch)
 
-  mesh = make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
   placed = shard_params(jax.tree.map(jnp.copy, params), mesh)
   shardings = ts.train_state_shardings(placed, mesh, OPTIM)
   state = ts.init_train_state(placed, OPTIM, shardings)
@@ -225,11 +224,12 @@ def test_end_to_end_oracle_skills_h_batch_step(setup):
   for traj in trajs:
     for step, text in zip(traj.steps, user_texts[traj.traj_id]):
       if traj.skill:
-        step.teacher_prompt_ids = encode(skills.augment_prompt(text, traj.skill).text)
+        step.teacher_prompt_ids = encode(skills.augment_prompt(text, traj.skill, r"Your task is to:").text)
   batch, batch_stats = batch_lib.build_batch(
       trajs, batch_lib.BatchConfig(response_len=4, prompt_bucket=16, rows_multiple=4))
   assert batch_stats["opd_rows"] == 6 and batch_stats["rows"] == 8
-  cfg = ts.TrainStepConfig(logprob_chunk=4, loss=dataclasses.replace(LOSS, kl_coef=0.0))
+  cfg = ts.TrainStepConfig(teacher_mode="separate", logprob_chunk=4,
+                           loss=dataclasses.replace(LOSS, kl_coef=0.0))
   step = ts.make_train_step(graphdef, OPTIM, cfg)
   state, metrics = step(_fresh_state(params), {k: jnp.asarray(v) for k, v in batch.items()})
   assert int(state.step) == 1 and np.isfinite(float(metrics["loss"]))
