@@ -5,26 +5,35 @@
   python -m seed_jax.play --env=alfworld --policy=model --model=SmolLM2-135M-Instruct
   python -m seed_jax.play --env=alfworld --policy=random --set=data_dir=embedded --set=max_steps=30
 
-Policies: "expert" (the env's oracle, `info["expert_action"]`), "random" (a uniformly random
-admissible action), "human" (you type), "model" (an LLM through the acting prompt and the
-action parser, as in training). Episodes run in this process (`--workers=0`) or in an
-`EnvPool` of worker processes.
+Policies: "expert" (the env's oracle, `info["expert_action"]`, acting through the env's
+format), "random" (a uniformly random admissible action), "human" (you type), "model" (an
+LLM through the acting prompt and the action parser, as in training). Every policy plays
+through the training acting loop (`seed_jax.agent.loop`), with the env's turn limit
+(`--set=max_steps=N`). Episodes run in this process (`--workers=0`, an `InProcessPool`) or
+in an `EnvPool` of worker processes.
 """
 
 from __future__ import annotations
 
+from seed_jax import cli
+
+if __name__ == "__main__":  # before jax and transformers load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
+
 import ast
 import collections
-import dataclasses
 import json
-import random
 import sys
-from typing import Any, Callable
+from typing import Any
 
 from absl import app, flags
 
-from seed_jax.agent.parsing import INVALID_ACTION
-from seed_jax.envs.base import SPLITS, StepResult, Task, Turn
+from seed_jax.agent import policies
+from seed_jax.agent.loop import Episode, Policy, StepTaken, episode_stats, run_episodes
+from seed_jax.envs.base import SPLITS, Task
+from seed_jax.envs.pool import EnvPool, InProcessPool
 from seed_jax.envs.registry import ENV_NAMES, get_env_module
 
 POLICIES = ("expert", "random", "human", "model")
@@ -43,101 +52,39 @@ _SET = flags.DEFINE_multi_string("set", [], "Env config override key=value, e.g.
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Print every step.")
 
 
-@dataclasses.dataclass
-class EpisodeState:
-  """What a policy sees of one running episode."""
-
-  task: Task
-  instruction: str
-  observation: str
-  info: dict[str, Any]
-  history: list[Turn] = dataclasses.field(default_factory=list)
-  done: bool = False
-
-  @property
-  def step(self) -> int:
-    return len(self.history) + 1
-
-
-Policy = Callable[[list[EpisodeState]], list[str]]
-
-
-class LocalBatch:
-  """In-process stand-in for `EnvPool` (same reset/step interface), for play and tests."""
-
-  def __init__(self, env_module, config, with_expert: bool):
-    self._make = lambda: env_module.make_env(config, with_expert=with_expert)
-    self._envs: list[Any] = []
-
-  def reset(self, tasks: list[Task], seeds: list[int]):
-    while len(self._envs) < len(tasks):
-      self._envs.append(self._make())
-    return [env.reset(task, seed) for env, task, seed in zip(self._envs, tasks, seeds)]
-
-  def step(self, actions: list[str | None]) -> list[StepResult | None]:
-    return [None if a is None else env.step(a) for env, a in zip(self._envs, actions)]
-
-  def close(self) -> None:
-    for env in self._envs:
-      env.close()
-
-
-def expert_policy(states: list[EpisodeState]) -> list[str]:
-  return [s.info["expert_action"] for s in states]
-
-
-def make_random_policy(env_module, seed: int) -> Policy:
-  """A uniformly random admissible action, or the env's own `random_action` where it has
-  no admissible list (search, WebShop's search page)."""
-  rng = random.Random(seed)
-  env_random = getattr(env_module, "random_action", None)
-
-  def policy(states: list[EpisodeState]) -> list[str]:
-    actions = []
-    for s in states:
-      admissible = [a for a in s.info.get("admissible_actions") or [] if a != "help"]
-      if admissible:
-        actions.append(rng.choice(admissible))
-      elif env_random is not None:
-        actions.append(env_random(rng, s.observation, s.info))
-      else:
-        actions.append(INVALID_ACTION)
-    return actions
-  return policy
-
-
-def human_policy(states: list[EpisodeState]) -> list[str]:
-  actions = []
-  for s in states:
-    print(f"\n[{s.task.task_id}] step {s.step}\n{s.observation}")
-    admissible = s.info.get("admissible_actions")
-    if admissible:
-      print("admissible:", "; ".join(admissible))
-    actions.append(input("action> ").strip())
-  return actions
-
-
-def play_with_model(batch_env, env_module, config, tasks: list[Task], model: str, seed: int,
-                    batch_size: int, temperature: float, max_new_tokens: int,
-                    max_cache_len: int = 4096) -> list[dict[str, Any]]:
-  """Plays every task once with a model through the training acting loop
-  (`seed_jax.train.rollout.play_episodes`: same prompts, sampler and parsing, a malformed
-  response is an invalid no-op), `batch_size` episodes at a time."""
+def model_policy(env_module, config, model: str, seed: int, temperature: float,
+                 max_new_tokens: int, max_cache_len: int = 4096) -> Policy:
+  """The training rollouts' model policy (`seed_jax.train.rollout.ModelPolicy`: same
+  prompts, sampler and parsing; a malformed response is an invalid no-op)."""
   from seed_jax.sampling.sampler import sampler_for  # pylint: disable=g-import-not-at-top
   from seed_jax.train import rollout  # pylint: disable=g-import-not-at-top
   sampler = sampler_for(model, max_cache_len=max_cache_len)
   spec = rollout.RolloutSpec(max_turns=config.max_steps, temperature=temperature,
                              max_new_tokens=max_new_tokens,
                              max_prompt_tokens=max_cache_len - max_new_tokens)
-  fmt = env_module.make_agent_format(config)
-  records = []
-  for start in range(0, len(tasks), batch_size):
-    trajectories, _ = rollout.play_episodes(
-        sampler, sampler.tokenizer, batch_env, fmt, tasks[start:start + batch_size], 1, spec,
-        seed=seed + start, desc=f"episodes {start + 1}-{min(start + batch_size, len(tasks))}")
-    records += [{"task_id": t.task_id, "task_type": t.info["task_type"], "won": t.won,
-                 "steps": len(t.steps), "failed": t.info["failed"]} for t in trajectories]
-  return records
+  return rollout.ModelPolicy(sampler, sampler.tokenizer, env_module.make_agent_format(config),
+                             spec, seed)
+
+
+def make_policy(policy_name: str, env_module, config, seed: int, model: str = "",
+                temperature: float = 0.4, max_new_tokens: int = 512) -> Policy:
+  """The named policy for this env family."""
+  if policy_name == "expert":
+    return policies.expert_policy(env_module.make_agent_format(config))
+  if policy_name == "random":
+    return policies.random_policy(seed, getattr(env_module, "random_action", None))
+  if policy_name == "human":
+    return policies.human_policy()
+  if policy_name == "model":
+    return model_policy(env_module, config, model, seed, temperature, max_new_tokens)
+  raise ValueError(f"unknown policy {policy_name!r}; known: {POLICIES}")
+
+
+def print_step(episode: Episode, step: StepTaken) -> None:
+  """--verbose: one line per step, then what the env answered."""
+  invalid = "" if step.decision.valid else " (invalid)"
+  print(f"[{episode.task.task_id}] {len(episode.steps)}> {step.decision.action}{invalid}\n"
+        f"  {episode.observation}")
 
 
 def apply_overrides(config, overrides: list[str]):
@@ -158,46 +105,37 @@ def apply_overrides(config, overrides: list[str]):
   return config
 
 
-def play_episodes(batch_env, tasks: list[Task], policy: Policy, seed: int, batch_size: int,
-                  verbose: bool = False) -> list[dict[str, Any]]:
-  """Plays every task once with a scripted policy (expert, random, human), `batch_size` at
-  a time; returns one record per episode. Models act through `play_with_model`."""
-  records = []
+def play_tasks(pool, tasks: list[Task], policy: Policy, max_turns: int, seed: int,
+               batch_size: int, verbose: bool = False, progress: bool = True
+               ) -> list[Episode]:
+  """Plays every task once with `policy` through the acting loop, `batch_size` episodes at
+  a time (the chunk starting at task i resets with seed `seed + i`); `verbose` prints every
+  step, `progress` shows a bar (neither for a human, who sees every step anyway)."""
+  episodes = []
   for start in range(0, len(tasks), batch_size):
     chunk = tasks[start:start + batch_size]
-    seeds = [seed + start + i for i in range(len(chunk))]
-    states = []
-    for task, (observation, info) in zip(chunk, batch_env.reset(chunk, seeds)):
-      states.append(EpisodeState(task, info.get("instruction", ""), observation, info,
-                                 done="failed" in info))
-    while not all(s.done for s in states):
-      active = [s for s in states if not s.done]
-      chosen = dict(zip(map(id, active), policy(active)))
-      actions = [chosen.get(id(s)) for s in states]
-      for state, action, result in zip(states, actions, batch_env.step(actions)):
-        if result is None:
-          continue
-        if verbose:
-          print(f"[{state.task.task_id}] {state.step}> {action}\n  {result.observation}")
-        state.history.append(Turn(state.observation, action))
-        state.observation, state.info, state.done = result.observation, result.info, result.done
-    for s in states:
-      records.append({"task_id": s.task.task_id, "task_type": s.task.task_type,
-                      "won": bool(s.info.get("won")), "steps": len(s.history),
-                      "failed": s.info.get("failed", "")})
-  return records
+    # Later chunks see later turn numbers, so a model samples them with fresh seeds even
+    # when a task comes back (more episodes than tasks).
+    turn_offset = start // batch_size * max_turns
+    episodes += run_episodes(
+        pool, chunk, lambda live, turn, offset=turn_offset: policy(live, turn + offset),
+        max_turns=max_turns, seed=seed + start,
+        desc=f"episodes {start + 1}-{start + len(chunk)}" if progress and not verbose else None,
+        on_step=print_step if verbose else None)
+  return episodes
 
 
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-  """Success rate per task type and overall (mean of `won`)."""
+def summarize(episodes: list[Episode]) -> dict[str, Any]:
+  """Success rate per task type and overall, failed episodes, invalid-action rate."""
   by_type = collections.defaultdict(list)
-  for record in records:
-    by_type[record["task_type"]].append(record["won"])
-  per_type = {t: sum(w) / len(w) for t, w in sorted(by_type.items())}
-  overall = sum(r["won"] for r in records) / max(1, len(records))
-  return {"episodes": len(records), "success": overall, "success_per_type": per_type,
+  for episode in episodes:
+    by_type[episode.task.task_type].append(episode.won)
+  stats = episode_stats(episodes)
+  return {"episodes": len(episodes), "success": stats["success"],
+          "success_per_type": {t: sum(w) / len(w) for t, w in sorted(by_type.items())},
           "episodes_per_type": {t: len(w) for t, w in sorted(by_type.items())},
-          "failed": sum(bool(r["failed"]) for r in records)}
+          "failed": stats["failed_episodes"], "mean_turns": stats["mean_turns"],
+          "invalid_action_rate": stats["invalid_action_rate"]}
 
 
 def run(env_name: str, policy_name: str, split: str, episodes: int, seed: int, workers: int,
@@ -213,25 +151,18 @@ def run(env_name: str, policy_name: str, split: str, episodes: int, seed: int, w
     raise ValueError(f"{env_name} has no {split} tasks")
   if episodes:
     tasks = [tasks[i % len(tasks)] for i in range(episodes)]
-  scripted = {"expert": lambda: expert_policy,
-              "random": lambda: make_random_policy(env_module, seed),
-              "human": lambda: human_policy}
+  policy = make_policy(policy_name, env_module, config, seed, model, temperature,
+                       max_new_tokens)
   with_expert = policy_name == "expert"
   if workers > 0:
-    from seed_jax.envs.pool import EnvPool  # pylint: disable=g-import-not-at-top
-    batch_env = EnvPool(env_name, config, num_workers=workers, with_expert=with_expert, seed=seed)
+    pool = EnvPool(env_name, config, num_workers=workers, with_expert=with_expert, seed=seed)
   else:
-    batch_env = LocalBatch(env_module, config, with_expert)
-  try:
-    if policy_name == "model":
-      records = play_with_model(batch_env, env_module, config, tasks, model, seed, batch_size,
-                                temperature, max_new_tokens)
-    else:
-      batch = 1 if policy_name == "human" else batch_size
-      records = play_episodes(batch_env, tasks, scripted[policy_name](), seed, batch, verbose)
-  finally:
-    batch_env.close()
-  return summarize(records)
+    pool = InProcessPool(lambda: env_module.make_env(config, with_expert=with_expert))
+  with pool:
+    human = policy_name == "human"
+    episodes = play_tasks(pool, tasks, policy, config.max_steps, seed,
+                          1 if human else batch_size, verbose, progress=not human)
+  return summarize(episodes)
 
 
 def print_summary(env_name: str, policy_name: str, split: str, summary: dict[str, Any]) -> None:
@@ -257,4 +188,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

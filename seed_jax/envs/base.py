@@ -2,7 +2,8 @@
 
 An environment is host-side Python state: it is reset to a `Task`, then stepped with the
 action string the agent's response parsed to. Environments know nothing about prompts or
-models; `seed_jax.agent` turns observations into prompts and responses into actions.
+models; each family's `AgentFormat` (`seed_jax.envs.agent_format`) turns observations into
+prompts and responses into actions, and `seed_jax.agent` runs the acting loop.
 
 Each step returns a `StepResult`; its `info` always carries the keys in `REQUIRED_INFO_KEYS`
 so the rollout loop, the analyzer and the metrics can treat every environment alike.
@@ -83,44 +84,3 @@ def check_info(info: dict[str, Any], where: str) -> dict[str, Any]:
   if missing:
     raise KeyError(f"{where}: info lacks required keys {missing}; has {sorted(info)}")
   return info
-
-
-@dataclasses.dataclass(frozen=True)
-class Turn:
-  """One past turn as the agent's prompt shows it: what it saw, and the action it took."""
-
-  observation: str
-  action: str
-
-
-@dataclasses.dataclass(frozen=True)
-class ParsedAction:
-  """A model response turned into an env action.
-
-  `valid` is False when the response breaks the format (missing tags, missing think block,
-  ...); the rollout loop then still steps the env with `action` (a no-op string) and charges
-  the invalid-action penalty. `reason` says why, for metrics and debugging.
-  """
-
-  action: str
-  valid: bool
-  reason: str = ""
-
-
-@runtime_checkable
-class AgentFormat(Protocol):
-  """How an env family talks to the model: prompt rendering and response parsing.
-
-  `render` returns the user message of turn `step` (1-based: the step about to be taken);
-  the chat template is applied later.
-  `parse` never raises, whatever string it gets.
-  """
-
-  stop_strings: tuple[str, ...]
-
-  def render(self, instruction: str, history: list[Turn], observation: str,
-             admissible_actions: list[str] | None, step: int) -> str:
-    ...
-
-  def parse(self, response: str) -> ParsedAction:
-    ...

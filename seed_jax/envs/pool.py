@@ -11,6 +11,9 @@ that worker are restored on the new worker by replaying their reset and actions 
 are deterministic given the task, seed and actions), so the rest of the batch goes on and
 no episode record is lost. Every result carries `info["elapsed_s"]`, the wall time since
 the episode's reset, and `info["step_s"]`, the env's own time for this step.
+
+`InProcessPool` has the same API and failure semantics without processes (an env that
+raises fails its episode only): for `play --workers=0` and tests.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ from typing import Any, Callable
 from seed_jax.envs.base import Env, StepResult, Task, check_info
 
 _START_TIMEOUT_S = 300.0  # a fresh worker imports its env stack (textworld, ...)
+
+
+def failed_info(task: Task, reason: str) -> dict[str, Any]:
+  """The info of an episode that failed (its env crashed, hung or raised)."""
+  return {"won": False, "action_valid": False, "admissible_actions": None,
+          "task_type": task.task_type, "failed": reason}
 
 
 def _worker_main(conn: Connection, env_name: str, config: Any, with_expert: bool,
@@ -137,7 +146,7 @@ class EnvPool:
         info = dict(check_info(info, f"{episode.task.env}.reset"))
       else:
         episode.done = True
-        observation, info = "", self._failed_info(episode, payload)
+        observation, info = "", failed_info(episode.task, payload)
       info.update(elapsed_s=time.perf_counter() - episode.started, step_s=seconds)
       results.append((observation, info))
     return results
@@ -162,7 +171,7 @@ class EnvPool:
         check_info(result.info, f"{episode.task.env}.step")
       else:
         episode.done = True
-        result = StepResult("", 0.0, True, self._failed_info(episode, payload))
+        result = StepResult("", 0.0, True, failed_info(episode.task, payload))
       result.info.update(elapsed_s=time.perf_counter() - episode.started, step_s=seconds)
       results[row] = result
     return results
@@ -201,10 +210,6 @@ class EnvPool:
     process.start()
     child_conn.close()
     return _Worker(process, parent_conn)
-
-  def _failed_info(self, episode: _Episode, reason: str) -> dict[str, Any]:
-    return {"won": False, "action_valid": False, "admissible_actions": None,
-            "task_type": episode.task.task_type, "failed": reason}
 
   def _timeout(self, op: tuple) -> float:
     if op[0] == "step":
@@ -306,3 +311,78 @@ class EnvPool:
     pending[w] = restores + [op for op in remaining if op[1] not in replies]
     if pending[w]:
       self._send(w, pending[w], deadlines)
+
+
+class InProcessPool:
+  """`EnvPool`'s reset/step API over envs in this process (row i: env i), no workers.
+
+  An env that raises fails its episode (done, `info["failed"]` names the error) and leaves
+  the other rows alone, as `EnvPool` does; a hang is not caught. An info that breaks the
+  env contract raises, as in `EnvPool`.
+
+  Args:
+    env_factory: returns a fresh Env (e.g. `lambda: module.make_env(config, with_expert)`).
+  """
+
+  def __init__(self, env_factory: Callable[[], Env]):
+    self._env_factory = env_factory
+    self._envs: list[Env] = []
+    self._episodes: list[_Episode] = []
+
+  def reset(self, tasks: list[Task], seeds: list[int]) -> list[tuple[str, dict[str, Any]]]:
+    """Starts one episode per task; a reset that raises gives ("", failed info)."""
+    if len(seeds) != len(tasks):
+      raise ValueError(f"{len(tasks)} tasks but {len(seeds)} seeds")
+    while len(self._envs) < len(tasks):
+      self._envs.append(self._env_factory())
+    self._episodes = [_Episode(task, int(seed), time.perf_counter())
+                      for task, seed in zip(tasks, seeds)]
+    results = []
+    for env, episode in zip(self._envs, self._episodes):
+      start = time.perf_counter()
+      try:
+        observation, info = env.reset(episode.task, episode.seed)
+      except Exception as error:  # pylint: disable=broad-except  (the episode fails)
+        episode.done = True
+        observation, info = "", failed_info(episode.task, f"env raised: {error!r}")
+      info = dict(check_info(info, f"{episode.task.env}.reset"))
+      info.update(elapsed_s=time.perf_counter() - episode.started,
+                  step_s=time.perf_counter() - start)
+      results.append((observation, info))
+    return results
+
+  def step(self, actions: list[str | None]) -> list[StepResult | None]:
+    """Steps every row whose action is not None; rows with None (done) give None back."""
+    if len(actions) != len(self._episodes):
+      raise ValueError(f"{len(actions)} actions for {len(self._episodes)} envs")
+    results: list[StepResult | None] = []
+    for row, action in enumerate(actions):
+      episode = self._episodes[row]
+      if action is None:
+        results.append(None)
+        continue
+      if episode.done:
+        raise ValueError(f"row {row} is done; pass None for it")
+      start = time.perf_counter()
+      try:
+        result = self._envs[row].step(action)
+      except Exception as error:  # pylint: disable=broad-except  (the episode fails)
+        result = StepResult("", 0.0, True, failed_info(episode.task, f"env raised: {error!r}"))
+      check_info(result.info, f"{episode.task.env}.step")
+      episode.actions.append(action)
+      episode.done = result.done
+      result.info.update(elapsed_s=time.perf_counter() - episode.started,
+                         step_s=time.perf_counter() - start)
+      results.append(result)
+    return results
+
+  def close(self) -> None:
+    for env in self._envs:
+      env.close()
+    self._envs = []
+
+  def __enter__(self) -> InProcessPool:
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()

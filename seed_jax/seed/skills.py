@@ -2,9 +2,11 @@
 
 H works on the user-message text before the chat template. It inserts a block headed
 "Episode-Level Skill", which tells the agent to refer to the skill when it chooses its
-action, as whole lines right after the task line. The text before and after the block is
-left byte-for-byte unchanged, so a tokenizer that splits at line breaks (byte-level BPE
-pre-tokenizers do) gives identical ids outside the block.
+action, as whole lines right after the task line. Which line states the task is the env's
+business: each `AgentFormat` names it (`fmt.task_line_pattern`), so this module holds no
+env wording. The text before and after the block is left byte-for-byte unchanged, so a
+tokenizer that splits at line breaks (byte-level BPE pre-tokenizers do) gives identical ids
+outside the block.
 """
 
 from __future__ import annotations
@@ -17,10 +19,6 @@ MIN_SKILL_WORDS = 5
 SKILL_HEADER = "## Episode-Level Skill"
 SKILL_INSTRUCTION = ("Refer to the following skill, distilled from experience on this task, "
                      "when choosing your action:")
-
-# Lines that state the task in our prompt templates (ALFWorld, WebShop, search, Sokoban).
-DEFAULT_TASK_LINE_PATTERN = (r"(?i)(your task is to|your shopping goal|task:|question:|"
-                             r"goal:|instruction:)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +39,7 @@ def is_valid_skill(skill: object, min_words: int = MIN_SKILL_WORDS) -> bool:
   return isinstance(skill, str) and len(skill.split()) >= min_words
 
 
-def augment_prompt(prompt: str, skill: str,
-                   task_line_pattern: str = DEFAULT_TASK_LINE_PATTERN) -> AugmentedPrompt:
+def augment_prompt(prompt: str, skill: str, task_line_pattern: str) -> AugmentedPrompt:
   """H(h_t, s): inserts the skill block after the first line matching the pattern.
 
   Deterministic: without a matching line the block goes after the first line; when the
@@ -51,6 +48,8 @@ def augment_prompt(prompt: str, skill: str,
   Args:
     prompt: the user message h_t (before the chat template).
     skill: the skill text s (already validated).
+    task_line_pattern: a regex matching the task line: the acting format's
+      `task_line_pattern`.
   Returns:
     the augmented text with the block's character span.
   """

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from seed_jax.envs.alfworld.prompts import AlfWorldFormat
-from seed_jax.envs.base import AgentFormat, ParsedAction, Turn
+from seed_jax.envs.agent_format import AgentFormat, ParsedAction, Turn
 
 ACTIONS = ["go to fridge 1", "help", "look"]
 

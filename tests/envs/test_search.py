@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from seed_jax.envs import base, registry
+from seed_jax.envs.agent_format import ParsedAction, Turn
 from seed_jax.envs.search import corpus, data, retrieval, serve
 from seed_jax.envs.search.env import exact_match, normalize_answer
 from seed_jax.envs.search.prompt import parse_search_response
@@ -57,7 +58,7 @@ def server_port(small_retriever):
     ("<think>t</think>\n<search>cut by the stop string", "<search>cut by the stop string</search>"),
 ])
 def test_parse_valid_responses(response, action):
-  assert parse_search_response(response) == base.ParsedAction(action, True)
+  assert parse_search_response(response) == ParsedAction(action, True)
 
 
 @pytest.mark.parametrize("response", [
@@ -315,7 +316,7 @@ def test_expert_succeeds_on_every_sampled_task_per_dataset(small_config):
 def test_prompt_keeps_the_whole_history():
   agent_format = search.make_agent_format(search.default_config())
   assert agent_format.stop_strings == ("</search>", "</answer>")
-  history = [base.Turn("Q?", "<search>a</search>"), base.Turn("<information>A</information>",
+  history = [Turn("Q?", "<search>a</search>"), Turn("<information>A</information>",
                                                               "<search>b</search>")]
   prompt = agent_format.render("Q?", history, "<information>B</information>", None, 3)
   assert prompt.index("<search>a</search>") < prompt.index("<information>A</information>") \

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from seed_jax.envs import base, registry
+from seed_jax.envs.agent_format import ParsedAction, Turn
 from seed_jax.envs.sokoban import env as sokoban_env
 from seed_jax.envs.sokoban import generator
 from seed_jax.envs.sokoban.generator import Board
@@ -139,7 +140,7 @@ def test_expert_solves_every_sampled_task():
 
 def test_prompt_shows_rules_history_and_actions():
   agent_format = sokoban.make_agent_format(sokoban.default_config())
-  history = [base.Turn("#P#", "up"), base.Turn("#_P#", "left"), base.Turn("#S#", "down")]
+  history = [Turn("#P#", "up"), Turn("#_P#", "left"), Turn("#S#", "down")]
   prompt = agent_format.render("push boxes", history, "######", ["up", "down", "left", "right"], 4)
   assert "√: box on a target" in prompt and "S: you, standing on a target" in prompt
   assert "Observation 2" in prompt and "Observation 3" in prompt and "Observation 1" not in prompt
@@ -150,7 +151,7 @@ def test_prompt_shows_rules_history_and_actions():
 def test_parse_takes_the_action_and_requires_think():
   agent_format = sokoban.make_agent_format(sokoban.default_config())
   assert agent_format.parse("<think>box right</think><action> Right </action>") == (
-      base.ParsedAction("right", True))
+      ParsedAction("right", True))
   assert not agent_format.parse("<action>right</action>").valid
 
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from seed_jax.envs import base, registry
+from seed_jax.envs.agent_format import Turn
 from seed_jax.envs.webshop import catalog, reward, shop
 
 webshop = registry.get_env_module("webshop")
@@ -246,8 +247,8 @@ def test_random_policy_only_takes_valid_actions(config, env):
 
 def test_prompt_lists_goal_history_and_actions(config):
   agent_format = webshop.make_agent_format(config)
-  history = [base.Turn("Search", "search[tea]"),
-             base.Turn("Back to Search [SEP] Page 1", "click[b01]")]
+  history = [Turn("Search", "search[tea]"),
+             Turn("Back to Search [SEP] Page 1", "click[b01]")]
   prompt = agent_format.render("buy green tea", history, "item page",
                                ["click[buy now]", "click[< prev]"], 3)
   assert "Your shopping goal: buy green tea." in prompt

@@ -1,9 +1,9 @@
-"""The ALFWorld acting prompt (verl-agent's layout) and its response parsing."""
+"""The ALFWorld acting prompt (verl-agent's layout), its response parsing and rendering."""
 
 from __future__ import annotations
 
-from seed_jax.agent.parsing import format_history, history_window, parse_action
-from seed_jax.envs.base import ParsedAction, Turn
+from seed_jax.envs.agent_format import (ParsedAction, Turn, format_history, history_window,
+                                        parse_action, render_think_action)
 
 _INSTRUCTIONS = (
     "Now it's your turn to take an action.\n"
@@ -32,13 +32,16 @@ def format_admissible_actions(actions: list[str] | None) -> str:
 
 
 class AlfWorldFormat:
-  """`seed_jax.envs.base.AgentFormat` for ALFWorld.
+  """`seed_jax.envs.agent_format.AgentFormat` for ALFWorld.
 
   Args:
     history_length: how many past (observation, action) turns the prompt shows.
   """
 
   stop_strings = ("</action>",)
+  # The task line: the first line of TEMPLATE, and a line of the game's first observation
+  # (which the first step's prompt shows); H inserts the skill after it.
+  task_line_pattern = r"Your task is to:"
 
   def __init__(self, history_length: int = 2):
     self.history_length = history_length
@@ -67,3 +70,7 @@ class AlfWorldFormat:
   def parse(self, response: str) -> ParsedAction:
     """`<think>...</think><action>...</action>` -> the action; never raises."""
     return parse_action(response, require_think=True)
+
+  def render_response(self, action: str) -> str:
+    """A short think block, then the action: what behaviour cloning trains on."""
+    return render_think_action(f"Next I should {action}.", action)

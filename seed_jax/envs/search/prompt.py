@@ -1,20 +1,20 @@
-"""The search-QA prompt (Search-R1 / verl-agent shape) and its response parser.
+"""The search-QA prompt (Search-R1 / verl-agent shape), its response parser and rendering.
 
 A response holds either `<search> query </search>` or `<answer> text </answer>`. The parser
 takes the first such block and returns it, tags included, as the env action, so the env
-knows which kind it got. Invalid: no block, both kinds present, or one kind twice.
+knows which kind it got. Invalid: no block, both kinds present, or one kind twice. These
+tags are the search env's own: a `<think>..</think><action>..</action>` response is
+invalid here, so the responses behaviour cloning trains on come from `render_response`.
 """
 
 from __future__ import annotations
 
 import re
 
-from seed_jax.agent.parsing import INVALID_ACTION
-from seed_jax.envs import base
+from seed_jax.envs.agent_format import ParsedAction, Turn, has_chinese, invalid
 
 _BLOCK = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 _OPEN_TAG = re.compile(r"<(search|answer)>")
-_CHINESE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 
 _INTRO = """You are an expert agent answering a question step by step with the help of a
 search engine.
@@ -33,7 +33,7 @@ Then do exactly one of these two (never both):
 short answer (a name, a year, a place), without explanation."""
 
 
-def parse_search_response(response: str) -> base.ParsedAction:
+def parse_search_response(response: str) -> ParsedAction:
   """The first `<search>` or `<answer>` block, as `<kind>text</kind>` with the text's
   whitespace collapsed; never raises.
 
@@ -43,16 +43,16 @@ def parse_search_response(response: str) -> base.ParsedAction:
   the response holds Chinese characters.
   """
   if not isinstance(response, str):
-    return base.ParsedAction(INVALID_ACTION, False, f"response is {type(response).__name__}")
-  if _CHINESE.search(response):
-    return base.ParsedAction(INVALID_ACTION, False, "response holds chinese characters")
+    return invalid(f"response is {type(response).__name__}")
+  if has_chinese(response):
+    return invalid("response holds chinese characters")
   kinds = [match.group(1) for match in _OPEN_TAG.finditer(response)]
   if not kinds:
-    return base.ParsedAction(INVALID_ACTION, False, "no <search> or <answer> block")
+    return invalid("no <search> or <answer> block")
   if len(set(kinds)) > 1:
-    return base.ParsedAction(INVALID_ACTION, False, "both <search> and <answer>")
+    return invalid("both <search> and <answer>")
   if len(kinds) > 1:
-    return base.ParsedAction(INVALID_ACTION, False, f"more than one <{kinds[0]}>")
+    return invalid(f"more than one <{kinds[0]}>")
   kind = kinds[0]
   block = _BLOCK.search(response)
   if block is not None:
@@ -62,16 +62,17 @@ def parse_search_response(response: str) -> base.ParsedAction:
     text = response[response.find(f"<{kind}>") + len(kind) + 2:]
   text = " ".join(text.split())
   if not text:
-    return base.ParsedAction(INVALID_ACTION, False, f"empty <{kind}>")
-  return base.ParsedAction(f"<{kind}>{text}</{kind}>", True)
+    return invalid(f"empty <{kind}>")
+  return ParsedAction(f"<{kind}>{text}</{kind}>", True)
 
 
 class SearchFormat:
   """Renders the search prompt (the whole history) and parses search / answer blocks."""
 
   stop_strings: tuple[str, ...] = ("</search>", "</answer>")
+  task_line_pattern = r"Your question:"  # H inserts the skill after this line
 
-  def render(self, instruction: str, history: list[base.Turn], observation: str,
+  def render(self, instruction: str, history: list[Turn], observation: str,
              admissible_actions: list[str] | None, step: int) -> str:
     """The user message: the question, every past query and its results, the request.
 
@@ -92,5 +93,22 @@ class SearchFormat:
     parts.append(_ASK)
     return "\n\n".join(parts)
 
-  def parse(self, response: str) -> base.ParsedAction:
+  def parse(self, response: str) -> ParsedAction:
     return parse_search_response(response)
+
+  def render_response(self, action: str) -> str:
+    """A short think block, then the action's `<search>` or `<answer>` block (its
+    whitespace collapsed, as `parse` gives it back).
+
+    Raises:
+      ValueError: when `action` is not one `<search>` or `<answer>` block (the env's expert
+        only writes such actions).
+    """
+    parsed = parse_search_response(action)
+    if not parsed.valid:
+      raise ValueError(f"not a search-env action: {action!r} ({parsed.reason})")
+    action = parsed.action
+    kind, text = _BLOCK.fullmatch(action).groups()
+    thought = (f"I should search for {text}." if kind == "search"
+               else f"I am confident the answer is {text}.")
+    return f"<think>{thought}</think>\n{action}"

@@ -1,9 +1,10 @@
-"""The Sokoban prompt (verl-agent's shape, the reference symbols) and response parsing."""
+"""The Sokoban prompt (verl-agent's shape, the reference symbols), response parsing and
+rendering."""
 
 from __future__ import annotations
 
-from seed_jax.agent.parsing import history_window, parse_action
-from seed_jax.envs import base
+from seed_jax.envs.agent_format import (ParsedAction, Turn, history_window, parse_action,
+                                        render_think_action)
 
 _RULES = """You are an expert agent playing Sokoban.
 
@@ -33,11 +34,14 @@ class SokobanFormat:
   """Renders the Sokoban prompt and parses `<think>..</think><action>..</action>`."""
 
   stop_strings: tuple[str, ...] = ("</action>",)
+  # Sokoban has no per-task instruction: the rules' goal sentence states the task, and H
+  # inserts the skill after it.
+  task_line_pattern = r"The puzzle is solved when"
 
   def __init__(self, history_length: int = 2):
     self._history_length = history_length
 
-  def render(self, instruction: str, history: list[base.Turn], observation: str,
+  def render(self, instruction: str, history: list[Turn], observation: str,
              admissible_actions: list[str] | None, step: int) -> str:
     """The user message for turn `step` (1-based: the number of the step about to be taken)."""
     del instruction  # the rules say it all
@@ -53,6 +57,10 @@ class SokobanFormat:
     parts.append(_ASK.format(actions=", ".join(f'"{a}"' for a in actions)))
     return "\n\n".join(parts)
 
-  def parse(self, response: str) -> base.ParsedAction:
+  def parse(self, response: str) -> ParsedAction:
     """The action inside `<action>`, lower-cased; a think block is required."""
     return parse_action(response, require_think=True)
+
+  def render_response(self, action: str) -> str:
+    """A short think block, then the move: what behaviour cloning trains on."""
+    return render_think_action(f"Next I should move {action}.", action)

@@ -1,10 +1,10 @@
 """The WebShop prompt (verl-agent's shape: the goal, a short history, the page, the
-available actions one a line) and the `<think>/<action>` parser."""
+available actions one a line), the `<think>/<action>` parser and response rendering."""
 
 from __future__ import annotations
 
-from seed_jax.agent.parsing import format_history, history_window, parse_action
-from seed_jax.envs import base
+from seed_jax.envs.agent_format import (ParsedAction, Turn, format_history, history_window,
+                                        parse_action, render_think_action)
 
 _INTRO = """You are an expert autonomous agent shopping in the WebShop e-commerce environment.
 Your shopping goal: {instruction}."""
@@ -25,11 +25,12 @@ class WebShopFormat:
   """Renders the WebShop prompt and parses `<think>..</think><action>..</action>`."""
 
   stop_strings: tuple[str, ...] = ("</action>",)
+  task_line_pattern = r"Your shopping goal:"  # H inserts the skill after this line
 
   def __init__(self, history_length: int = 2):
     self._history_length = history_length
 
-  def render(self, instruction: str, history: list[base.Turn], observation: str,
+  def render(self, instruction: str, history: list[Turn], observation: str,
              admissible_actions: list[str] | None, step: int) -> str:
     """The user message for turn `step` (1-based: the number of the step about to be taken)."""
     parts = [_INTRO.format(instruction=instruction)]
@@ -42,7 +43,11 @@ class WebShopFormat:
     parts.append(_ASK.format(actions="\n".join(f"'{a}'," for a in admissible_actions or [])))
     return "\n\n".join(parts)
 
-  def parse(self, response: str) -> base.ParsedAction:
+  def parse(self, response: str) -> ParsedAction:
     """The action inside `<action>`, lower-cased (WebShop's buttons and search are
     case-insensitive); a think block is required."""
     return parse_action(response, require_think=True)
+
+  def render_response(self, action: str) -> str:
+    """A short think block, then the action: what behaviour cloning trains on."""
+    return render_think_action(f"Next I should {action}.", action)

@@ -1,12 +1,14 @@
-"""Action parsing follows the verl-agent `<think>...</think><action>...</action>` convention."""
+"""The shared response parsing of the formats: the verl-agent
+`<think>...</think><action>...</action>` convention, and the history window of prompts."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from seed_jax.agent.parsing import INVALID_ACTION, history_window, parse_action
-from seed_jax.envs.base import ParsedAction, Turn
+from seed_jax.envs.agent_format import (INVALID_ACTION, ParsedAction, Turn, has_chinese,
+                                        history_window, parse_action,
+                                        render_think_action)
 
 
 def test_well_formed_response_yields_the_lower_cased_action():
@@ -79,6 +81,15 @@ def test_any_mix_of_tags_parses_without_raising(response):
   if parsed.valid:
     assert "<think>" in response and "<action>" in response and "冰" not in response
     assert parsed.action == parsed.action.strip() and parsed.action
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_characters="<>", blacklist_categories=("Cs",)),
+               min_size=1).filter(lambda text: " ".join(text.lower().split())))
+def test_a_rendered_think_action_response_parses_back(action):
+  assume(not has_chinese(action))  # rejected whatever the tags (tested above)
+  parsed = parse_action(render_think_action("I should act.", action))
+  assert parsed == ParsedAction(" ".join(action.lower().split()), True)
 
 
 def test_history_window_keeps_the_last_turns_in_order_with_their_step_numbers():
