@@ -1,16 +1,19 @@
 """The hindsight analyzer: finished trajectory -> {"episode_summary", "episode_skill"}.
 
-One prompt format and one parser for every backend; a backend only turns prompts into
-answer texts:
-* `policy`: the current parameters through the sampler (an injected
-  `generate_fn(prompts) -> texts`, which applies the chat template and decodes).
+One prompt builder (`seed_jax.seed.transcript`, fitted to `max_prompt_tokens`) and one
+parser for every backend; a backend only turns prompts into answer texts:
+* `policy`: the current parameters through the sampler: an injected
+  `generate_fn(prompt_ids, *, temperature, seed) -> texts` that decodes the prompts'
+  chat-template token ids.
 * `openai`: any OpenAI-compatible `/chat/completions` endpoint (the stage-1 external
   analyzer). The API key is read from the environment variable the config names, at
   request time; it is never logged, stored on an object, or written anywhere.
 * `oracle`: privileged env information (`Trajectory.info`: expert plan, goal, task type)
   turned into a skill, for offline runs and tests.
 A malformed answer (not JSON, missing keys, a skill under 5 words) is asked again up to
-`max_retries` times; after that the trajectory gets no skill (so no OPD) and is counted.
+`max_retries` times, sampling at `retry_temperature` with a new seed each attempt (a greedy
+retry of a greedy answer would only repeat it); after that the trajectory gets no skill
+(so no OPD) and is counted.
 """
 
 from __future__ import annotations
@@ -26,13 +29,17 @@ import urllib.error
 import urllib.request
 from typing import Callable, Sequence
 
+from seed_jax.checks import non_negative, non_negative_int, one_of, positive, positive_int, require
+from seed_jax.models.tokenizer import Tokenizer
 from seed_jax.seed import skills
 from seed_jax.seed.batch import Trajectory
+from seed_jax.seed.transcript import AnalyzerPrompt, build_analyzer_prompts
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("policy", "openai", "oracle")
-GenerateFn = Callable[[list[str]], list[str]]
+# generate_fn(prompt_ids, *, temperature, seed) -> one answer text per prompt.
+GenerateFn = Callable[..., list[str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,20 +50,20 @@ class AnalyzerConfig:
     backend: "policy" | "openai" | "oracle".
     max_retries: re-asks for a malformed answer (2, as the stage-1 external analyzer; the
       public code's RL-time analyzer uses 0).
+    retry_temperature: retries sample at this temperature, each with its own seed, so a
+      greedy first answer is not merely regenerated.
     min_skill_words: a valid skill has at least this many words (5).
-    max_observation_chars: observations longer than this keep their head in the prompt
-      (0 = no limit); the prompt must fit the analyzer's context (16k tokens in the paper).
     base_url, model: the endpoint (`{base_url}/chat/completions`) and model name (openai).
     api_key_env: the environment variable holding the API key (openai).
-    temperature, max_tokens: sampling of the external analyzer (paper: temperature 0).
+    temperature, max_tokens: decoding of the first attempt (paper: temperature 0).
     timeout_s, http_retries, retry_backoff_s: per request; retried on network errors,
       429 and 5xx with exponential back-off.
     concurrency: parallel requests (openai).
   """
   backend: str = "policy"
   max_retries: int = 2
+  retry_temperature: float = 0.7
   min_skill_words: int = skills.MIN_SKILL_WORDS
-  max_observation_chars: int = 0
   base_url: str = "https://api.openai.com/v1"
   model: str = ""
   api_key_env: str = "OPENAI_API_KEY"
@@ -67,6 +74,17 @@ class AnalyzerConfig:
   retry_backoff_s: float = 1.0
   concurrency: int = 8
 
+  def __post_init__(self):
+    require(self, "backend", one_of(BACKENDS), f"one of {BACKENDS}")
+    require(self, ("max_retries", "http_retries"), non_negative_int, "a non-negative integer")
+    require(self, ("min_skill_words", "max_tokens", "concurrency"), positive_int,
+            "a positive integer")
+    require(self, ("temperature", "retry_backoff_s"), non_negative, "a non-negative number")
+    require(self, "retry_temperature", positive,
+            "a positive temperature (a greedy retry repeats a greedy answer; set "
+            "max_retries to 0 for no retries)")
+    require(self, "timeout_s", positive, "a positive number of seconds")
+
 
 @dataclasses.dataclass(frozen=True)
 class Analysis:
@@ -74,49 +92,48 @@ class Analysis:
   skill: str
 
 
-def build_prompt(traj: Trajectory, max_observation_chars: int = 0) -> str:
-  """The analyzer prompt: task, outcome, every step with observation, response, validity."""
-  outcome = "SUCCESS" if traj.won else "FAILURE"
-  lines = [
-      "You are reviewing one finished episode of an agent acting in a text environment.",
-      f"Task: {traj.task}",
-      f"Outcome: {outcome}",
-      "",
-      "Trajectory:",
-  ]
-  for i, step in enumerate(traj.steps, start=1):
-    observation = step.observation
-    if max_observation_chars and len(observation) > max_observation_chars:
-      observation = observation[:max_observation_chars] + " ..."
-    lines += [f"Step {i}", f"Observation: {observation}", f"Response: {step.response_text}",
-              f"Action valid: {'true' if step.action_valid else 'false'}", ""]
-  if traj.won:
-    guidance = ("The episode succeeded. Distil the reusable workflow that made it work: the "
-                "decision rule and the order of actions.")
-  else:
-    guidance = ("The episode failed. Name the core mistake and the warning signs that should "
-                "make the agent avoid it.")
-  lines += [
-      guidance,
-      "Write the skill as one short instruction addressed to the agent for its next attempt "
-      "at this kind of task (at least 5 words), not as a retrospective.",
-      'Answer with JSON only: {"episode_summary": "<what happened>", '
-      '"episode_skill": "<the skill>"}',
-  ]
-  return "\n".join(lines)
+@dataclasses.dataclass(frozen=True)
+class Decoding:
+  """How one attempt decodes: the first at the configured temperature, retries sampled."""
+  temperature: float
+  seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisReport:
+  """One trajectory's analysis: what the analyzer read and wrote, and what came of it.
+
+  Attributes:
+    prompt: the prompt (text, ids, whether the transcript was truncated).
+    raw: the last answer text.
+    analysis: the parsed answer, or None (the trajectory takes no part in OPD).
+    reason: why the last answer was rejected ("" when valid).
+    attempts: how many times it was asked.
+  """
+  prompt: AnalyzerPrompt
+  raw: str
+  analysis: Analysis | None
+  reason: str
+  attempts: int
+
+  @property
+  def skill(self) -> str | None:
+    return self.analysis.skill if self.analysis else None
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
-def parse_answer(text: str, min_skill_words: int = skills.MIN_SKILL_WORDS) -> Analysis | None:
-  """The first JSON object in `text` with string `episode_summary` and a valid
-  `episode_skill`; None when there is none. Tolerates code fences, a think block and prose
+def parse_answer_with_reason(text: str, min_skill_words: int = skills.MIN_SKILL_WORDS
+                             ) -> tuple[Analysis | None, str]:
+  """(the first JSON object in `text` with a string `episode_summary` and a valid
+  `episode_skill`, "") or (None, why not). Tolerates code fences, a think block and prose
   around the object."""
-  if not isinstance(text, str):
-    return None
+  if not isinstance(text, str) or not text.strip():
+    return None, "empty answer"
   text = _THINK.sub("", text)
   decoder = json.JSONDecoder()
+  reason = "no JSON object"
   for match in re.finditer(r"\{", text):
     try:
       obj, _ = decoder.raw_decode(text, match.start())
@@ -125,21 +142,35 @@ def parse_answer(text: str, min_skill_words: int = skills.MIN_SKILL_WORDS) -> An
     if not isinstance(obj, dict):
       continue
     summary, skill = obj.get("episode_summary"), obj.get("episode_skill")
-    if isinstance(summary, str) and skills.is_valid_skill(skill, min_skill_words):
-      return Analysis(summary=summary.strip(), skill=" ".join(skill.split()))
-  return None
+    if not isinstance(summary, str):
+      reason = "no string episode_summary"
+    elif not isinstance(skill, str):
+      reason = "no string episode_skill"
+    elif not skills.is_valid_skill(skill, min_skill_words):
+      reason = f"episode_skill under {min_skill_words} words"
+    else:
+      return Analysis(summary=summary.strip(), skill=" ".join(skill.split())), ""
+  return None, reason
 
 
-# -- backends: (prompts, trajectories) -> answer texts ----------------------------------
+def parse_answer(text: str, min_skill_words: int = skills.MIN_SKILL_WORDS) -> Analysis | None:
+  """The parsed answer, or None when `text` holds no valid one."""
+  return parse_answer_with_reason(text, min_skill_words)[0]
 
-Backend = Callable[[list[str], list[Trajectory]], list[str]]
+
+# -- backends: (prompts, trajectories, decoding) -> answer texts -------------------------
+
+Backend = Callable[[list[AnalyzerPrompt], list[Trajectory], Decoding], list[str]]
 
 
 def policy_backend(generate_fn: GenerateFn) -> Backend:
-  """The current policy through the sampler; `generate_fn` does templating and decoding."""
-  def complete(prompts, trajs):
+  """The current policy through the sampler, decoding the prompts' chat-template ids."""
+  def complete(prompts, trajs, decoding):
     del trajs
-    answers = list(generate_fn(prompts))
+    if any(p.ids is None for p in prompts):
+      raise ValueError("the policy analyzer needs token ids: build it with a tokenizer")
+    answers = list(generate_fn([p.ids for p in prompts], temperature=decoding.temperature,
+                               seed=decoding.seed))
     if len(answers) != len(prompts):
       raise ValueError(f"generate_fn returned {len(answers)} answers for {len(prompts)} prompts")
     return answers
@@ -165,8 +196,8 @@ def oracle_skill(info: dict, won: bool) -> tuple[str, str]:
 
 
 def oracle_backend() -> Backend:
-  def complete(prompts, trajs):
-    del prompts
+  def complete(prompts, trajs, decoding):
+    del prompts, decoding
     answers = []
     for traj in trajs:
       summary, skill = oracle_skill(traj.info, traj.won)
@@ -176,14 +207,14 @@ def oracle_backend() -> Backend:
 
 
 def openai_backend(cfg: AnalyzerConfig) -> Backend:
-  """POSTs each prompt to `{base_url}/chat/completions`, `concurrency` at a time."""
+  """POSTs each prompt's text to `{base_url}/chat/completions`, `concurrency` at a time."""
   url = cfg.base_url.rstrip("/") + "/chat/completions"
   if cfg.api_key_env not in os.environ:
     raise ValueError(f"the analyzer's API key variable {cfg.api_key_env} is not set")
 
-  def request(prompt: str) -> str:
+  def request(prompt: str, temperature: float) -> str:
     body = json.dumps({
-        "model": cfg.model, "temperature": cfg.temperature, "max_tokens": cfg.max_tokens,
+        "model": cfg.model, "temperature": temperature, "max_tokens": cfg.max_tokens,
         "messages": [{"role": "user", "content": prompt}],
     }).encode()
     for attempt in range(cfg.http_retries + 1):
@@ -207,28 +238,39 @@ def openai_backend(cfg: AnalyzerConfig) -> Backend:
       time.sleep(cfg.retry_backoff_s * 2**attempt)
     return ""
 
-  def complete(prompts, trajs):
+  def complete(prompts, trajs, decoding):
     del trajs
     with concurrent.futures.ThreadPoolExecutor(max(1, cfg.concurrency)) as pool:
-      return list(pool.map(request, prompts))
+      return list(pool.map(lambda p: request(p.text, decoding.temperature), prompts))
   return complete
 
 
 # -- the analyzer ----------------------------------------------------------------------
 
 class Analyzer:
-  """Builds prompts, calls the backend, validates, retries the malformed answers."""
+  """Builds the prompts, calls the backend, validates, retries the malformed answers."""
 
-  def __init__(self, cfg: AnalyzerConfig, backend: Backend):
+  def __init__(self, cfg: AnalyzerConfig, backend: Backend, tokenizer: Tokenizer | None = None,
+               max_prompt_tokens: int | None = None):
     self.cfg = cfg
     self.backend = backend
+    self.tokenizer = tokenizer
+    self.max_prompt_tokens = max_prompt_tokens
 
-  def analyze(self, trajs: Sequence[Trajectory]) -> tuple[list[Analysis | None], dict]:
-    """Returns one Analysis (or None: no OPD for it) per trajectory, and counts:
-    `requests`, `retries`, `valid`, `invalid`."""
+  def decoding(self, attempt: int, seed: int) -> Decoding:
+    """Attempt 0 at `temperature`; retries sample at `retry_temperature`, new seed each."""
+    if attempt == 0:
+      return Decoding(self.cfg.temperature, seed % 2**31)
+    return Decoding(self.cfg.retry_temperature, (seed + 7919 * attempt) % 2**31)
+
+  def analyze(self, trajs: Sequence[Trajectory], *, seed: int = 0
+              ) -> tuple[list[AnalysisReport], dict]:
+    """One report per trajectory (its `analysis` None: no OPD for it) and the counts
+    `requests`, `retries`, `valid`, `invalid`, `truncated` (transcripts cut to fit)."""
     trajs = list(trajs)
-    prompts = [build_prompt(t, self.cfg.max_observation_chars) for t in trajs]
-    results: list[Analysis | None] = [None] * len(trajs)
+    prompts = build_analyzer_prompts(trajs, self.tokenizer, self.max_prompt_tokens)
+    raw, parsed, reasons = [""] * len(trajs), [None] * len(trajs), ["not asked"] * len(trajs)
+    attempts = [0] * len(trajs)
     pending = list(range(len(trajs)))
     stats = {"requests": 0, "retries": 0}
     for attempt in range(self.cfg.max_retries + 1):
@@ -236,31 +278,43 @@ class Analyzer:
         break
       if attempt:
         stats["retries"] += len(pending)
-      answers = self.backend([prompts[i] for i in pending], [trajs[i] for i in pending])
+      answers = self.backend([prompts[i] for i in pending], [trajs[i] for i in pending],
+                             self.decoding(attempt, seed))
       stats["requests"] += len(pending)
       for i, answer in zip(pending, answers):
-        results[i] = parse_answer(answer, self.cfg.min_skill_words)
-      pending = [i for i in pending if results[i] is None]
-    stats["valid"] = len(trajs) - len(pending)
-    stats["invalid"] = len(pending)
-    return results, stats
+        raw[i], attempts[i] = answer, attempts[i] + 1
+        parsed[i], reasons[i] = parse_answer_with_reason(answer, self.cfg.min_skill_words)
+      pending = [i for i in pending if parsed[i] is None]
+    stats.update(valid=len(trajs) - len(pending), invalid=len(pending),
+                 truncated=sum(p.truncated for p in prompts))
+    reports = [AnalysisReport(p, r, a, why, n)
+               for p, r, a, why, n in zip(prompts, raw, parsed, reasons, attempts)]
+    return reports, stats
 
-  def annotate(self, trajs: Sequence[Trajectory]) -> dict:
+  def annotate(self, trajs: Sequence[Trajectory], *, seed: int = 0) -> dict:
     """Sets `traj.skill` (None for no valid skill) and returns the counts."""
-    results, stats = self.analyze(trajs)
-    for traj, analysis in zip(trajs, results):
-      traj.skill = analysis.skill if analysis else None
+    reports, stats = self.analyze(trajs, seed=seed)
+    for traj, report in zip(trajs, reports):
+      traj.skill = report.skill
     return stats
 
 
-def make_analyzer(cfg: AnalyzerConfig, generate_fn: GenerateFn | None = None) -> Analyzer:
-  """The analyzer for `cfg.backend`; `policy` needs `generate_fn`."""
+def make_analyzer(cfg: AnalyzerConfig, generate_fn: GenerateFn | None = None, *,
+                  tokenizer: Tokenizer | None = None,
+                  max_prompt_tokens: int | None = None) -> Analyzer:
+  """The analyzer for `cfg.backend`. Prompts are fitted to `max_prompt_tokens` with
+  `tokenizer` (the policy's: the budget counts chat-template tokens); `policy` needs both
+  and `generate_fn`. Without a tokenizer (tests) prompts hold whole transcripts."""
   if cfg.backend == "policy":
     if generate_fn is None:
       raise ValueError("analyzer backend 'policy' needs generate_fn (the sampler)")
-    return Analyzer(cfg, policy_backend(generate_fn))
-  if cfg.backend == "openai":
-    return Analyzer(cfg, openai_backend(cfg))
-  if cfg.backend == "oracle":
-    return Analyzer(cfg, oracle_backend())
-  raise ValueError(f"analyzer backend must be one of {BACKENDS}, got {cfg.backend!r}")
+    if tokenizer is None or not max_prompt_tokens:
+      raise ValueError("analyzer backend 'policy' needs the tokenizer and max_prompt_tokens")
+    backend = policy_backend(generate_fn)
+  elif cfg.backend == "openai":
+    backend = openai_backend(cfg)
+  elif cfg.backend == "oracle":
+    backend = oracle_backend()
+  else:
+    raise ValueError(f"analyzer backend must be one of {BACKENDS}, got {cfg.backend!r}")
+  return Analyzer(cfg, backend, tokenizer, max_prompt_tokens)

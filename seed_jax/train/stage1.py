@@ -3,25 +3,32 @@
 Stage 1 rolls out the base policy on the SFT tasks (K0 each), has the external analyzer
 (`openai` or `oracle`) annotate every trajectory, keeps the well-formed annotations and
 fine-tunes the policy with NLL on the JSON answer only, so it learns to write skills from
-trajectory transcripts. The annotations are written to `workdir/stage1/` (so a resumed
-run reuses them) together with the skill library of the `static_library` and
-`skill_grpo` baselines.
+trajectory transcripts. The analyzer's prompt comes from the one builder of
+`seed_jax.seed.transcript`, with the same token budget (`analyzer.max_prompt_tokens`) the
+policy analyzer decodes from at RL time, so stage 1 teaches the format RL uses. The
+annotations, each with its transcript (so SFT prompts are rebuilt with the current budget),
+are written to `workdir/stage1/` (so a resumed run reuses them) together with the skill
+library of the `static_library` and `skill_grpo` baselines.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Sequence
 
 import numpy as np
 
 from seed_jax.envs.base import Task
-from seed_jax.seed.analyzer import build_prompt
+from seed_jax.seed.analyzer import AnalysisReport
 from seed_jax.seed.batch import Trajectory
-from seed_jax.train.expert import Demonstration, expert_response
-from seed_jax.train.rollout import chat_prompt_ids
-from seed_jax.train.sft import SFTExample
+from seed_jax.seed.transcript import Transcript, build_analyzer_prompt
+from seed_jax.train.expert import Demonstration
+from seed_jax.models.tokenizer import chat_prompt_ids
+from seed_jax.train.sft import SFTExample, padded_lengths
+
+log = logging.getLogger(__name__)
 
 
 def tasks_per_type(tasks: Sequence[Task], per_type: int) -> list[Task]:
@@ -37,26 +44,54 @@ def tasks_per_type(tasks: Sequence[Task], per_type: int) -> list[Task]:
 def bc_examples(tokenizer, demos: Sequence[Demonstration]) -> list[SFTExample]:
   """(acting prompt, expert response) pairs from every expert step: an episode the turn
   limit cut short still shows correct moves."""
-  examples = []
-  for demo in demos:
-    for message, action in zip(demo.messages, demo.actions):
-      examples.append(SFTExample(chat_prompt_ids(tokenizer, message),
-                                 tokenizer.encode(expert_response(action))))
-  return examples
+  return [SFTExample(chat_prompt_ids(tokenizer, message), tokenizer.encode(response))
+          for demo in demos for message, response in demo.cloning_pairs()]
 
 
-def annotation_record(traj: Trajectory, summary: str, skill: str) -> dict:
-  """What stage 1 keeps of an annotated trajectory (JSON-serialisable)."""
+def annotation_record(traj: Trajectory, report: AnalysisReport) -> dict:
+  """What stage 1 keeps of a well-annotated trajectory (JSON-serialisable): the transcript,
+  the prompt the external analyzer read, and its answer (the SFT target)."""
+  if report.analysis is None:
+    raise ValueError(f"trajectory {traj.traj_id} has no valid analysis to keep")
   return {"task_id": traj.task_id, "task_type": traj.info.get("task_type", ""),
-          "won": traj.won, "analyzer_prompt": build_prompt(traj),
-          "answer": json.dumps({"episode_summary": summary, "episode_skill": skill})}
+          "won": traj.won, "transcript": Transcript.of(traj).to_record(),
+          "analyzer_prompt": report.prompt.text, "truncated": report.prompt.truncated,
+          "answer": json.dumps({"episode_summary": report.analysis.summary,
+                                "episode_skill": report.analysis.skill})}
 
 
-def sft_examples(tokenizer, records: Sequence[dict]) -> list[SFTExample]:
-  """(analyzer prompt, JSON answer + end of sequence) pairs; loss on the answer only."""
+def annotation_records(trajs: Sequence[Trajectory], reports: Sequence[AnalysisReport]
+                       ) -> list[dict]:
+  """The records of the trajectories whose analysis is well-formed (the rest are dropped)."""
+  return [annotation_record(t, r) for t, r in zip(trajs, reports) if r.analysis is not None]
+
+
+def sft_examples(tokenizer, records: Sequence[dict], max_prompt_tokens: int
+                 ) -> list[SFTExample]:
+  """(analyzer prompt, JSON answer + end of sequence) pairs; loss on the answer only.
+
+  The prompt is rebuilt from the stored transcript by the analyzer's builder with the
+  analyzer's budget: the very ids the policy analyzer decodes from at RL time. (The SFT
+  rows must hold them whole: `check_rows_hold_prompts`.)
+  """
   eos = tokenizer.eos_ids[0]
-  return [SFTExample(chat_prompt_ids(tokenizer, r["analyzer_prompt"]),
+  return [SFTExample(build_analyzer_prompt(Transcript.from_record(r["transcript"]), tokenizer,
+                                           max_prompt_tokens).ids,
                      tokenizer.encode(r["answer"]) + [eos]) for r in records]
+
+
+def check_rows_hold_prompts(examples: Sequence[SFTExample], max_tokens: int) -> None:
+  """Raises when SFT rows of `max_tokens` (`sft.max_tokens`) would cut an analyzer prompt:
+  a cut prompt loses its head (the task and outcome lines), the bug this stage avoids."""
+  if not examples:
+    return
+  prompt_len, answer_len = padded_lengths(examples, max_len=max_tokens)
+  longest = max(len(e.prompt_ids) for e in examples)
+  if longest > prompt_len:
+    raise ValueError(
+        f"sft.max_tokens={max_tokens} leaves {prompt_len} tokens for analyzer prompts of up "
+        f"to {longest} (analyzer.max_prompt_tokens) beside {answer_len} for the answers: "
+        f"raise sft.max_tokens to at least {longest + answer_len}")
 
 
 def skill_library(records: Sequence[dict]) -> dict[str, str]:
@@ -86,12 +121,17 @@ def save_stage1(folder: str, records: Sequence[dict], library: dict[str, str]) -
 
 
 def load_stage1(folder: str) -> tuple[list[dict], dict[str, str]] | None:
-  """The saved annotations and library, or None if stage 1 never finished annotating."""
+  """The saved annotations and library, or None if stage 1 never finished annotating (or
+  annotated in an older format, without transcripts: then it annotates again)."""
   path = os.path.join(folder, "annotations.jsonl")
   if not os.path.exists(path):
     return None
   with open(path) as f:
     records = [json.loads(line) for line in f if line.strip()]
+  if any("transcript" not in r for r in records):
+    log.warning("%s holds annotations without transcripts (an older format); stage 1 "
+                "annotates again", path)
+    return None
   with open(os.path.join(folder, "library.json")) as f:
     return records, json.load(f)
 

@@ -1,4 +1,5 @@
-"""Analyzer prompt, parsing, retries and the three backends (openai against loopback)."""
+"""Analyzer parsing, retries, the three backends (openai against loopback) and the
+analysis files. The prompt builder has its own tests (test_transcript.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,20 @@ import threading
 
 import pytest
 
+from seed_jax.models.embedded import embedded_model_dir
+from seed_jax.models.tokenizer import load_tokenizer
+from seed_jax.seed import analysis_file
 from seed_jax.seed import analyzer as an
 from seed_jax.seed.batch import StepRecord, Trajectory
+from seed_jax.seed.transcript import build_analyzer_prompt
 
 GOOD = {"episode_summary": "Found the apple and cooled it.",
         "episode_skill": "Open the fridge before you try to cool the apple."}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  return load_tokenizer(embedded_model_dir())
 
 
 def _traj(won=True, info=None):
@@ -24,19 +34,6 @@ def _traj(won=True, info=None):
   return Trajectory(task_id="t", group_id="t", traj_id="0", won=won,
                     episode_reward=10.0 * won, steps=steps,
                     task="cool some apple and put it in countertop", info=info or {})
-
-
-def test_prompt_holds_task_outcome_and_steps():
-  prompt = an.build_prompt(_traj(won=False))
-  for part in ("Task: cool some apple and put it in countertop", "Outcome: FAILURE",
-               "Step 1", "Observation: You are in a kitchen.",
-               "Response: <think>look</think><action>go to fridge 1</action>",
-               "Action valid: true", "Step 2", "Action valid: false", "core mistake",
-               '"episode_skill"'):
-    assert part in prompt, part
-  assert "Outcome: SUCCESS" in an.build_prompt(_traj(won=True))
-  short = an.build_prompt(_traj(), max_observation_chars=5)
-  assert "Observation: You a ..." in short
 
 
 @pytest.mark.parametrize("text,ok", [
@@ -57,23 +54,94 @@ def test_parse_answer(text, ok):
     assert got == an.Analysis(GOOD["episode_summary"], GOOD["episode_skill"])
 
 
-def test_policy_backend_retries_only_malformed_answers():
-  calls = []
-  script = [["not json", json.dumps(GOOD), '{"episode_summary": "a", "episode_skill": "x'],
-            ["still not json", json.dumps(GOOD)], ["nope"]]
+@pytest.mark.parametrize("text,reason", [
+    ("", "empty answer"),
+    ("I think you should open the fridge first.", "no JSON object"),
+    ('{"episode_skill": "Open the fridge before you cool it."}', "no string episode_summary"),
+    ('{"episode_summary": "x", "episode_skill": 3}', "no string episode_skill"),
+    ('{"episode_summary": "x", "episode_skill": "too few words"}',
+     "episode_skill under 5 words"),
+])
+def test_a_rejected_answer_says_why(text, reason):
+  assert an.parse_answer_with_reason(text) == (None, reason)
+  assert an.parse_answer_with_reason(json.dumps(GOOD))[1] == ""
 
-  def generate(prompts):
-    calls.append(len(prompts))
-    return script[len(calls) - 1]
 
+class _ScriptedPolicy:
+  """A generate_fn answering from a script, recording each call's decoding."""
+
+  def __init__(self, script):
+    self.script, self.calls = script, []
+
+  def __call__(self, prompt_ids, *, temperature, seed):
+    self.calls.append({"prompts": len(prompt_ids), "temperature": temperature, "seed": seed,
+                       "ids": prompt_ids})
+    return self.script[len(self.calls) - 1]
+
+
+def test_policy_backend_retries_only_malformed_answers_and_counts_the_rest(tokenizer):
+  generate = _ScriptedPolicy(
+      [["not json", json.dumps(GOOD), '{"episode_summary": "a", "episode_skill": "x'],
+       ["still not json", json.dumps(GOOD)], ["nope"]])
   trajs = [_traj(), _traj(won=False), _traj()]
-  analyzer = an.make_analyzer(an.AnalyzerConfig(backend="policy"), generate_fn=generate)
-  stats = analyzer.annotate(trajs)
-  assert calls == [3, 2, 1]  # two retries at most, only for the failed ones
+  analyzer = an.make_analyzer(an.AnalyzerConfig(backend="policy"), generate,
+                              tokenizer=tokenizer, max_prompt_tokens=2048)
+  stats = analyzer.annotate(trajs, seed=5)
+  assert [c["prompts"] for c in generate.calls] == [3, 2, 1]  # two retries, failed ones only
+  # Still malformed after the retries: no skill, counted invalid, no exception.
   assert [t.skill for t in trajs] == [None, GOOD["episode_skill"], GOOD["episode_skill"]]
-  assert stats == {"requests": 6, "retries": 3, "valid": 2, "invalid": 1}
+  assert stats == {"requests": 6, "retries": 3, "valid": 2, "invalid": 1, "truncated": 0}
+  # The policy decodes the builder's chat-template ids.
+  assert generate.calls[0]["ids"][0] == build_analyzer_prompt(trajs[0], tokenizer, 2048).ids
+
+
+def test_a_retry_samples_with_a_new_seed_instead_of_repeating_the_greedy_answer(tokenizer):
+  generate = _ScriptedPolicy([["not json"], ["not json"], ["not json"]])
+  analyzer = an.make_analyzer(an.AnalyzerConfig(backend="policy", temperature=0.0),
+                              generate, tokenizer=tokenizer, max_prompt_tokens=2048)
+  reports, stats = analyzer.analyze([_traj()], seed=11)
+  first, *retries = generate.calls
+  assert first["temperature"] == 0.0 and first["seed"] == 11
+  assert [c["temperature"] for c in retries] == [0.7, 0.7]
+  assert len({c["seed"] for c in generate.calls}) == 3  # every attempt its own seed
+  assert reports[0].skill is None and reports[0].attempts == 3
+  assert reports[0].raw == "not json" and reports[0].reason == "no JSON object"
+  assert stats["invalid"] == 1 and stats["retries"] == 2
+  # Same seed, same calls: reproducible.
+  again = _ScriptedPolicy([["not json"]] * 3)
+  an.make_analyzer(an.AnalyzerConfig(backend="policy"), again, tokenizer=tokenizer,
+                   max_prompt_tokens=2048).analyze([_traj()], seed=11)
+  assert [c["seed"] for c in again.calls] == [c["seed"] for c in generate.calls]
+
+
+def test_greedy_retries_are_refused_and_none_can_be_asked_for():
+  with pytest.raises(ValueError, match="retry_temperature"):
+    an.AnalyzerConfig(retry_temperature=0.0)
+  with pytest.raises(ValueError, match="max_retries"):
+    an.AnalyzerConfig(max_retries=-1)
+  calls = []
+  analyzer = an.Analyzer(an.AnalyzerConfig(backend="oracle", max_retries=0),
+                         lambda prompts, trajs, decoding: calls.append(decoding) or ["bad"])
+  _, stats = analyzer.analyze([_traj()])
+  assert len(calls) == 1 and stats["invalid"] == 1 and stats["retries"] == 0
+
+
+def test_truncated_transcripts_are_counted(tokenizer):
+  long_traj = _traj()
+  long_traj.steps = long_traj.steps * 30
+  analyzer = an.make_analyzer(an.AnalyzerConfig(backend="oracle"), tokenizer=tokenizer,
+                              max_prompt_tokens=512)
+  reports, stats = analyzer.analyze([long_traj, _traj()])
+  assert stats["truncated"] == 1
+  assert reports[0].prompt.truncated and len(reports[0].prompt.ids) <= 512
+  assert not reports[1].prompt.truncated
+
+
+def test_the_policy_backend_needs_the_sampler_and_the_tokenizer(tokenizer):
   with pytest.raises(ValueError, match="generate_fn"):
     an.make_analyzer(an.AnalyzerConfig(backend="policy"))
+  with pytest.raises(ValueError, match="tokenizer"):
+    an.make_analyzer(an.AnalyzerConfig(backend="policy"), _ScriptedPolicy([]))
   with pytest.raises(ValueError, match="backend"):
     an.make_analyzer(an.AnalyzerConfig(backend="gpt"))
 
@@ -82,10 +150,10 @@ def test_oracle_backend_turns_privileged_info_into_valid_skills():
   info = {"goal": "put a cool apple in countertop", "task_type": "pick_cool_then_place",
           "expert_plan": ["go to fridge 1", "cool apple 1 with fridge 1"]}
   trajs = [_traj(won=True, info=info), _traj(won=False, info=info), _traj(won=False)]
-  results, stats = an.make_analyzer(an.AnalyzerConfig(backend="oracle")).analyze(trajs)
+  reports, stats = an.make_analyzer(an.AnalyzerConfig(backend="oracle")).analyze(trajs)
   assert stats["valid"] == 3 and stats["retries"] == 0
-  assert "go to fridge 1, then cool apple 1 with fridge 1" in results[0].skill
-  assert "Do not wander" in results[1].skill
+  assert "go to fridge 1, then cool apple 1 with fridge 1" in reports[0].skill
+  assert "Do not wander" in reports[1].skill
 
 
 SECRET = "sk-test-DO-NOT-LEAK-123"
@@ -136,12 +204,14 @@ def test_openai_backend_against_loopback(server, monkeypatch, caplog):
   traj = _traj()
   stats = an.make_analyzer(cfg).annotate([traj])
   assert traj.skill == GOOD["episode_skill"]
-  assert stats == {"requests": 2, "retries": 1, "valid": 1, "invalid": 0}
+  assert stats == {"requests": 2, "retries": 1, "valid": 1, "invalid": 0, "truncated": 0}
   assert [s["path"] for s in server.seen] == ["/v1/chat/completions"] * 3
   assert all(s["auth"] == f"Bearer {SECRET}" for s in server.seen)
   body = server.seen[0]["body"]
   assert body["model"] == "judge" and body["temperature"] == 0.0
-  assert body["messages"][0]["content"] == an.build_prompt(traj)
+  assert body["messages"][0]["content"] == build_analyzer_prompt(traj, None, None).text
+  # The re-ask after the non-JSON answer samples.
+  assert server.seen[2]["body"]["temperature"] == 0.7
   assert "HTTP 503" in caplog.text
   assert SECRET not in caplog.text
 
@@ -170,5 +240,44 @@ def test_openai_backend_unreachable_is_bounded(monkeypatch):
   cfg = an.AnalyzerConfig(backend="openai", base_url=f"http://127.0.0.1:{port}",
                           api_key_env="SEED_TEST_ANALYZER_KEY", timeout_s=1.0,
                           http_retries=1, retry_backoff_s=0.01, max_retries=0)
-  results, stats = an.make_analyzer(cfg).analyze([_traj()])
-  assert results == [None] and stats["invalid"] == 1
+  reports, stats = an.make_analyzer(cfg).analyze([_traj()])
+  assert reports[0].analysis is None and reports[0].reason == "empty answer"
+  assert stats["invalid"] == 1
+
+
+# -- analysis files ----------------------------------------------------------------------
+
+def test_each_iteration_writes_one_line_per_trajectory_with_its_skill_or_why_not(
+    tmp_path, tokenizer):
+  generate = _ScriptedPolicy([[json.dumps(GOOD), "Sure, here you go."], ["still no"]])
+  trajs = [_traj(info={"task_type": "pick_cool_then_place"}), _traj(won=False)]
+  trajs[1].traj_id = "1"
+  analyzer = an.make_analyzer(an.AnalyzerConfig(backend="policy", max_retries=1), generate,
+                              tokenizer=tokenizer, max_prompt_tokens=2048)
+  reports, _ = analyzer.analyze(trajs)
+  gates = [{"gate_mean": 0.6, "delta_mean": 0.1}, None]
+  path = analysis_file.write_analysis_file(str(tmp_path), 3, trajs, reports, gates)
+  assert path == str(tmp_path / "analysis" / "iter_3.jsonl")
+  lines = [json.loads(line) for line in open(path)]
+  assert [line["traj_id"] for line in lines] == ["0", "1"]
+  good, bad = lines
+  assert good == {
+      "iteration": 3, "traj_id": "0", "group_id": "t", "task_id": "t",
+      "task_type": "pick_cool_then_place", "task": "cool some apple and put it in countertop",
+      "won": True, "reward": 10.0, "num_steps": 2, "invalid_steps": 1,
+      "analyzer_output": json.dumps(GOOD), "attempts": 1,
+      "summary": GOOD["episode_summary"], "skill": GOOD["episode_skill"], "skill_error": None,
+      "truncated": False, "omitted_steps": 0, "gate": {"gate_mean": 0.6, "delta_mean": 0.1}}
+  assert bad["skill"] is None and bad["skill_error"] == "no JSON object"
+  assert bad["analyzer_output"] == "still no" and bad["attempts"] == 2 and bad["gate"] is None
+  assert not list((tmp_path / "analysis").glob("*.tmp"))
+
+  # Library skills (no analyzer): the skill is the trajectory's, the analyzer fields null.
+  trajs[0].skill, trajs[1].skill = "Always open the fridge before cooling.", None
+  path = analysis_file.write_analysis_file(str(tmp_path), 4, trajs)
+  lib, missing = [json.loads(line) for line in open(path)]
+  assert lib["skill"] == trajs[0].skill and lib["analyzer_output"] is None
+  assert lib["skill_error"] is None and missing["skill_error"] == "no skill for this task type"
+  with pytest.raises(ValueError, match="2 trajectories"):
+    analysis_file.write_analysis_file(str(tmp_path), 5, trajs, reports[:1])
+

@@ -1,0 +1,68 @@
+"""What the model taught itself: one `analysis/iter_N.jsonl` per RL iteration.
+
+Each line is one trajectory of the iteration: which task and group it came from, how it
+ended, what the analyzer read (whether its transcript was truncated) and wrote (the raw
+answer), the skill parsed from it or why there is none, and the OPD gate statistics of
+its action tokens (`seed_jax.seed.batch.trajectory_gate_stats`). The public SEED code saves
+the same (`save_analysis`), so a user can read the skills next to the episodes they came
+from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+from seed_jax.seed.analyzer import AnalysisReport
+from seed_jax.seed.batch import Trajectory
+
+
+def analysis_path(workdir: str, iteration: int) -> str:
+  return os.path.join(workdir, "analysis", f"iter_{iteration}.jsonl")
+
+
+def analysis_record(iteration: int, traj: Trajectory, report: AnalysisReport | None,
+                    gate: dict[str, float] | None) -> dict[str, Any]:
+  """One JSON line. Without a report (skills from a fixed library) the analyzer fields are
+  null and the skill is the trajectory's."""
+  if report is not None:
+    skill = report.skill
+    summary = report.analysis.summary if report.analysis else None
+    error = report.reason or None
+  else:
+    skill, summary = traj.skill, None
+    error = None if traj.skill else "no skill for this task type"
+  return {
+      "iteration": iteration, "traj_id": traj.traj_id, "group_id": traj.group_id,
+      "task_id": traj.task_id, "task_type": traj.info.get("task_type", ""),
+      "task": traj.task, "won": bool(traj.won), "reward": float(traj.episode_reward),
+      "num_steps": len(traj.steps),
+      "invalid_steps": sum(not s.action_valid for s in traj.steps),
+      "analyzer_output": report.raw if report is not None else None,
+      "attempts": report.attempts if report is not None else 0,
+      "summary": summary, "skill": skill, "skill_error": error,
+      "truncated": report.prompt.truncated if report is not None else False,
+      "omitted_steps": report.prompt.omitted_steps if report is not None else 0,
+      "gate": gate,
+  }
+
+
+def write_analysis_file(workdir: str, iteration: int, trajs: Sequence[Trajectory],
+                        reports: Sequence[AnalysisReport] | None = None,
+                        gate_stats: Sequence[dict[str, float] | None] | None = None) -> str:
+  """Writes `workdir/analysis/iter_{iteration}.jsonl` (one line per trajectory, in order)
+  atomically and returns its path. `reports` and `gate_stats` align with `trajs`."""
+  if reports is not None and len(reports) != len(trajs):
+    raise ValueError(f"{len(reports)} reports for {len(trajs)} trajectories")
+  if gate_stats is not None and len(gate_stats) != len(trajs):
+    raise ValueError(f"{len(gate_stats)} gate statistics for {len(trajs)} trajectories")
+  path = analysis_path(workdir, iteration)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    for i, traj in enumerate(trajs):
+      record = analysis_record(iteration, traj, reports[i] if reports is not None else None,
+                               gate_stats[i] if gate_stats is not None else None)
+      f.write(json.dumps(record) + "\n")
+  os.replace(path + ".tmp", path)
+  return path

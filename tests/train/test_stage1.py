@@ -1,0 +1,128 @@
+"""Stage 1 teaches the analyzer's RL-time format: its SFT prompts are the very prompts the
+policy analyzer decodes from (one builder, one budget), and what it saves is enough to
+rebuild them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from seed_jax.models.embedded import embedded_model_dir
+from seed_jax.models.tokenizer import load_tokenizer
+from seed_jax.seed import analyzer as an
+from seed_jax.seed.batch import StepRecord, Trajectory
+from seed_jax.train import stage1
+from seed_jax.train.expert import Demonstration
+from seed_jax.models.tokenizer import chat_prompt_ids
+
+TASK = "put a cool apple in countertop"
+BUDGET = 512
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  return load_tokenizer(embedded_model_dir())
+
+
+def _traj(traj_id: str, num_steps: int, won: bool) -> Trajectory:
+  steps = [StepRecord([1], [2], [-0.1], action_valid=i % 4 != 0,
+                      observation=f"You arrive at cabinet {i}. On it you see a mug {i}.",
+                      response_text=f"<think>Not here.</think><action>go to cabinet {i + 1}"
+                                    f"</action>")
+           for i in range(1, num_steps + 1)]
+  return Trajectory(task_id="t", group_id="t", traj_id=traj_id, won=won,
+                    episode_reward=10.0 * won, steps=steps, task=TASK,
+                    info={"goal": TASK, "task_type": "pick_cool_then_place",
+                          "expert_plan": ["go to fridge 1", "cool apple 1 with fridge 1"]})
+
+
+def _annotate(tokenizer, trajs, budget=BUDGET):
+  """Stage 1's labelling: the external (here oracle) analyzer with the analyzer budget."""
+  analyzer = an.make_analyzer(an.AnalyzerConfig(backend="oracle"), tokenizer=tokenizer,
+                              max_prompt_tokens=budget)
+  reports, stats = analyzer.analyze(trajs)
+  return stage1.annotation_records(trajs, reports), stats
+
+
+def test_sft_prompts_are_the_prompts_the_policy_analyzer_decodes_from(tokenizer, tmp_path):
+  trajs = [_traj("long", num_steps=40, won=False), _traj("short", num_steps=2, won=True)]
+  records, stats = _annotate(tokenizer, trajs)
+  assert stats["truncated"] == 1 and [r["truncated"] for r in records] == [True, False]
+  stage1.save_stage1(str(tmp_path), records, stage1.skill_library(records))
+  loaded, _ = stage1.load_stage1(str(tmp_path))
+  examples = stage1.sft_examples(tokenizer, loaded, BUDGET)
+
+  seen = []
+
+  def generate(prompt_ids, *, temperature, seed):
+    seen.extend(prompt_ids)
+    return ["{}"] * len(prompt_ids)
+
+  policy = an.make_analyzer(an.AnalyzerConfig(backend="policy", max_retries=0), generate,
+                            tokenizer=tokenizer, max_prompt_tokens=BUDGET)
+  policy.analyze(trajs)
+  assert [list(e.prompt_ids) for e in examples] == seen
+
+  long_prompt = tokenizer.decode(examples[0].prompt_ids)
+  assert len(examples[0].prompt_ids) <= BUDGET
+  for part in (f"Task: {TASK}", "Outcome: FAILURE", "Steps taken: 40", "earlier steps omitted",
+               "Step 40\n", "<action>go to cabinet 41</action>", '"episode_skill"'):
+    assert part in long_prompt, part
+  # The target is the external analyzer's JSON answer, then end of sequence.
+  answer = json.loads(records[0]["answer"])
+  assert tokenizer.decode(examples[0].target_ids[:-1]) == json.dumps(answer)
+  assert examples[0].target_ids[-1] == tokenizer.eos_ids[0]
+  # What was stored is what the external analyzer read.
+  assert tokenizer.decode(examples[0].prompt_ids).count(records[0]["analyzer_prompt"]) == 1
+
+
+def test_prompts_follow_the_current_budget_when_saved_annotations_are_reused(tokenizer):
+  records, _ = _annotate(tokenizer, [_traj("long", num_steps=40, won=False)], budget=8192)
+  assert not records[0]["truncated"]
+  (example,) = stage1.sft_examples(tokenizer, records, 400)
+  prompt = tokenizer.decode(example.prompt_ids)
+  assert len(example.prompt_ids) <= 400
+  assert f"Task: {TASK}" in prompt and "Outcome: FAILURE" in prompt and "Step 40\n" in prompt
+
+
+def test_only_well_formed_annotations_are_kept():
+  trajs = [_traj("a", 2, True), _traj("b", 2, False)]
+  reports, _ = an.Analyzer(an.AnalyzerConfig(backend="oracle", max_retries=0),
+                           lambda prompts, ts, decoding: [
+                               json.dumps({"episode_summary": "s",
+                                           "episode_skill": "Cool the apple in the fridge."}),
+                               "no idea"]).analyze(trajs)
+  records = stage1.annotation_records(trajs, reports)
+  assert [r["transcript"]["steps"][0]["observation"] for r in records] == [
+      "You arrive at cabinet 1. On it you see a mug 1."]
+  assert records[0]["task_type"] == "pick_cool_then_place" and records[0]["won"] is True
+  with pytest.raises(ValueError, match="no valid analysis"):
+    stage1.annotation_record(trajs[1], reports[1])
+
+
+def test_annotations_of_an_older_format_are_made_again(tmp_path):
+  old = {"task_id": "t", "task_type": "pick", "won": True, "analyzer_prompt": "Task: x",
+         "answer": json.dumps({"episode_summary": "s", "episode_skill": "a b c d e"})}
+  stage1.save_stage1(str(tmp_path), [old], {"pick": "a b c d e"})
+  assert stage1.load_stage1(str(tmp_path)) is None
+  assert stage1.load_stage1(str(tmp_path / "never")) is None
+
+
+def test_behaviour_cloning_pairs_every_expert_message_with_its_response(tokenizer):
+  demo = Demonstration("t", "pick", TASK, messages=["turn one", "turn two"],
+                       responses=["<action>go to fridge 1</action>",
+                                  "<action>open fridge 1</action>"],
+                       actions=["go to fridge 1", "open fridge 1"], won=False)
+  examples = stage1.bc_examples(tokenizer, [demo])
+  assert [list(e.prompt_ids) for e in examples] == [chat_prompt_ids(tokenizer, "turn one"),
+                                                    chat_prompt_ids(tokenizer, "turn two")]
+  assert tokenizer.decode(examples[1].target_ids) == "<action>open fridge 1</action>"
+
+
+def test_sft_rows_too_short_for_the_analyzer_prompt_are_refused(tokenizer):
+  records, _ = _annotate(tokenizer, [_traj("long", num_steps=40, won=False)])
+  examples = stage1.sft_examples(tokenizer, records, BUDGET)
+  stage1.check_rows_hold_prompts(examples, max_tokens=BUDGET + 128)
+  with pytest.raises(ValueError, match="raise sft.max_tokens to at least"):
+    stage1.check_rows_hold_prompts(examples, max_tokens=BUDGET)
