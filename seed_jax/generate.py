@@ -9,6 +9,12 @@
 
 from __future__ import annotations
 
+from seed_jax import cli
+
+if __name__ == "__main__":  # a command, not an import: before jax and transformers load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import sys
 from typing import Sequence
 
@@ -32,7 +38,10 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if _PROMPT.value is None:
     raise app.UsageError("--prompt is required")
-  sampler = sampler_for(_MODEL.value, dtype=_DTYPE.value)
+  try:
+    sampler = sampler_for(_MODEL.value, dtype=_DTYPE.value)
+  except FileNotFoundError as e:  # a --model that is not there: the user's mistake
+    raise app.UsageError(str(e)) from None
   sampling = SamplingParams(max_new_tokens=_MAX_NEW.value, temperature=_TEMPERATURE.value,
                             top_p=_TOP_P.value)
   prompt = [{"role": "user", "content": _PROMPT.value}] if _CHAT.value else _PROMPT.value
@@ -43,4 +52,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -4,10 +4,17 @@
       [--config.rl.lambda_opd=0.0] [--config.algorithm=grpo] ...
 
 Re-running with the `--workdir` of a stopped run resumes it from its last checkpoint.
+A bad key or value fails in one line naming the key, before anything is loaded or compiled.
 """
 
 from __future__ import annotations
 
+from seed_jax import cli
+
+if __name__ == "__main__":  # a command, not an import: before jax and transformers load
+  cli.quiet_startup()
+
+# pylint: disable=wrong-import-position
 import os
 import sys
 import time
@@ -35,24 +42,27 @@ def default_workdir(config) -> str:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  import jax  # pylint: disable=import-outside-toplevel
   if _MULTIHOST.value:
-    import jax  # pylint: disable=import-outside-toplevel
     jax.distributed.initialize()
   sys.stdout.reconfigure(line_buffering=True)  # progress lines appear as they happen
-  if not flags.FLAGS["verbosity"].present:  # library INFO chatter only on request
-    logging.set_verbosity(logging.WARNING)
   config = _CONFIG.value
-  from seed_jax.train.config import ConfigError, validate_config  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from seed_jax.train.spec import ConfigError, build_run_spec
   try:
-    validate_config(config)
+    spec = build_run_spec(config)
   except ConfigError as e:
     raise app.UsageError(str(e)) from None
+  # The mesh against the devices (all hosts' with --multihost) before the model is loaded.
+  mesh_error = cli.mesh_error(spec.mesh, jax.device_count())
+  if mesh_error:
+    raise app.UsageError(mesh_error)
   workdir = _WORKDIR.value or config.workdir or default_workdir(config)
   logging.info("workdir %s", workdir)
   print(f"seed_jax: {config.algorithm} on {config.env.name}, workdir {workdir}")
   from seed_jax.train.trainer import Trainer  # pylint: disable=import-outside-toplevel
-  Trainer(config, workdir).run()
+  Trainer(spec, workdir).run()
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -21,9 +21,10 @@ def test_generate_command_prints_the_completion():
   assert result.stdout.startswith("The capital of France is") and "Paris" in result.stdout
 
 
-def test_generate_names_a_missing_model():
+def test_generate_names_a_missing_model_in_one_line():
   result = subprocess.run(
       [sys.executable, "-m", "seed_jax.generate", "--model=/no/such/folder", "--prompt=hi"],
       cwd=REPO, capture_output=True, text=True, timeout=300,
       env=dict(os.environ, JAX_PLATFORMS="cpu"))
-  assert result.returncode != 0 and "/no/such/folder" in result.stderr
+  assert result.returncode == 2 and result.stdout == ""
+  assert len(result.stderr.splitlines()) == 1 and "/no/such/folder" in result.stderr
