@@ -11,14 +11,19 @@ from __future__ import annotations
 import ml_collections
 
 from seed_jax.parallel.rules import DEFAULT_RULES
+from seed_jax.seed.batch import BatchConfig
+from seed_jax.seed.losses import LossConfig
+from seed_jax.seed.optim import OptimConfig
+from seed_jax.seed.train_step import TrainStepConfig
 
-ALGORITHMS = ("seed", "grpo", "skill_grpo", "static_library", "no_sft", "no_opd")
+# The components' own defaults are the paper's; the keys below that name them are read
+# from there, so each default lives in one place (seed_jax/train/spec.py maps the keys back).
+_LOSS, _OPTIM, _STEP, _BATCH = LossConfig(), OptimConfig(), TrainStepConfig(), BatchConfig()
 
 
 def get_base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  # seed (default) | grpo | skill_grpo | static_library | no_sft | no_opd
-  c.algorithm = "seed"
+  c.algorithm = "seed"  # one of seed_jax.train.algorithms.ALGORITHMS (README: Algorithms)
   c.seed = 0
   c.workdir = ""  # also --workdir; a stopped run resumes from its last checkpoint here
 
@@ -47,9 +52,11 @@ def get_base_config() -> ml_collections.ConfigDict:
 
   c.analyzer = ml_collections.ConfigDict(dict(
       backend="policy",         # policy (theta_old, self-evolving) | openai | oracle
+      max_prompt_tokens=16384,  # the transcript is cut to fit (keeping task, outcome, last steps)
       max_new_tokens=512,
       temperature=0.0,          # greedy, as the public code
-      max_retries=2,
+      max_retries=2,            # a malformed answer is asked again, sampled ...
+      retry_temperature=0.7,    # ... at this temperature (greedy would repeat it)
       min_skill_words=5,
       openai=ml_collections.ConfigDict(dict(
           base_url="", model="", api_key_env="OPENAI_API_KEY", timeout_s=60.0,
@@ -59,39 +66,41 @@ def get_base_config() -> ml_collections.ConfigDict:
 
   c.rl = ml_collections.ConfigDict(dict(
       iterations=150,
-      learning_rate=1e-6,
-      warmup_steps=0,
-      weight_decay=0.0,
-      grad_clip=1.0,
+      learning_rate=_OPTIM.learning_rate,   # 1e-6
+      warmup_steps=_OPTIM.warmup_steps,
+      weight_decay=_OPTIM.weight_decay,     # AdamW, as verl's actor
+      grad_clip=_OPTIM.grad_clip,
       mini_batch_size=256,      # step-samples per optimizer update
       micro_batch_size=16,      # rows per forward/backward (gradient accumulation)
-      clip_ratio_low=0.2,
-      clip_ratio_high=0.2,
-      dual_clip=3.0,            # 0 disables
-      kl_coef=0.01,             # k3 ("low_var_kl") to the stage-1 reference
-      entropy_coef=0.001,
-      beta_opd=5.0,
-      lambda_opd=0.01,
-      invalid_penalty=0.1,
-      teacher_mode="precomputed",  # precomputed (theta_old, public code) | joint | separate
-      normalize_std=True,       # WebShop uses mean-only advantages
+      clip_ratio_low=_LOSS.clip_low,
+      clip_ratio_high=_LOSS.clip_high,
+      dual_clip=_LOSS.dual_clip,            # 3.0; 0 disables
+      kl_coef=_LOSS.kl_coef,                # k3 ("low_var_kl") to the stage-1 reference
+      entropy_coef=_LOSS.entropy_coef,
+      beta_opd=_LOSS.beta_opd,
+      lambda_opd=_LOSS.lambda_opd,          # 0: plain GRPO, no analysis, no teacher rows
+      invalid_penalty=_BATCH.invalid_penalty,
+      teacher_mode=_STEP.teacher_mode,      # precomputed (theta_old, public code) | joint | separate
+      advantage_mode=_BATCH.advantage_mode,  # step (public code) | trajectory
+      normalize_std=_BATCH.norm_by_std,     # WebShop uses mean-only advantages
       logprob_chunk=512,
   ))
 
   c.sft = ml_collections.ConfigDict(dict(
-      enabled=True,
       tasks_per_type=30,        # 30 x 6 types x 8 rollouts = 1,440 trajectories
       rollouts_per_task=8,
       temperature=0.4,
       max_turns=30,             # env.max_steps during stage-1 rollouts
       history_length=5,         # env.history_length during stage-1 rollouts
-      analyzer_backend="oracle",  # the stage-1 external analyzer: openai | oracle
+      # The stage-1 external analyzer: openai, or oracle (the env expert's plan written as a
+      # skill; privileged, offline; README: "The oracle analyzer").
+      analyzer_backend="oracle",
       epochs=3,
       learning_rate=5e-6,
       warmup_fraction=0.1,
       batch_size=8,
       holdout_fraction=0.1,
-      max_tokens=4096,
+      max_tokens=16896,         # rows hold a whole analyzer prompt and its answer
   ))
 
   c.bc = ml_collections.ConfigDict(dict(
@@ -129,7 +138,9 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.rollout.temperature = 0.7  # a 135M model sampled at 1.0 misspells too many actions
   c.rollout.max_new_tokens = 40
   c.rollout.max_prompt_tokens = 768
-  c.analyzer.backend = "oracle"
+  # RL-time skills come from the policy itself (the paper's self-evolving analyzer); the
+  # oracle labels only stage 1, standing in for the external analyzer offline.
+  c.analyzer.max_prompt_tokens = 768
   c.analyzer.max_new_tokens = 96
   c.rl.iterations = 2
   c.rl.learning_rate = 1e-5
@@ -139,7 +150,7 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.sft.tasks_per_type = 1
   c.sft.rollouts_per_task = 1
   c.sft.max_turns = 3
-  c.sft.epochs = 1
+  c.sft.epochs = 3  # the few annotations must teach the skill format to the analyzer
   c.sft.batch_size = 4
   c.sft.max_tokens = 1024
   c.bc.enabled = True

@@ -1,11 +1,27 @@
-"""Test setup: CPU only, 8 fake devices so sharded code paths really run over a mesh.
+"""Test setup: CPU only, 8 fake devices (chex) so sharded code paths really run over a mesh.
 
-The XLA flag must be set before jax initialises its backends, hence at import time here.
+The device count must be set before jax initialises its backends, hence at import time
+here, before any test module runs a jax operation. `chex.set_n_cpu_devices` writes it into
+XLA_FLAGS, so subprocesses started by tests inherit the same 8 devices unless they set
+XLA_FLAGS themselves.
 """
 
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-_flags = os.environ.get("XLA_FLAGS", "")
-if "xla_force_host_platform_device_count" not in _flags:
-  os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
+
+import chex  # pylint: disable=wrong-import-position
+import pytest  # pylint: disable=wrong-import-position
+
+NUM_DEVICES = 8
+chex.set_n_cpu_devices(NUM_DEVICES)
+
+
+@pytest.fixture(scope="session")
+def mesh():
+  """The (data=2, fsdp=2, tensor=2) mesh over the 8 fake devices, shared by every test."""
+  import jax  # pylint: disable=import-outside-toplevel
+
+  from seed_jax.parallel import MeshConfig, make_mesh  # pylint: disable=import-outside-toplevel
+  assert jax.device_count() == NUM_DEVICES, jax.devices()
+  return make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))

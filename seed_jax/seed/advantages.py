@@ -21,6 +21,11 @@ from typing import Hashable, Sequence
 import numpy as np
 
 
+# "step": the public code's per-step scores normalised over the group's step-samples;
+# "trajectory": one score per trajectory normalised over the group (module docstring).
+ADVANTAGE_MODES = ("step", "trajectory")
+
+
 def step_scores(
     episode_rewards: Sequence[float],
     step_valid: Sequence[Sequence[bool]],
@@ -87,8 +92,8 @@ def step_advantages(
   Returns:
     per trajectory, float32 `[T_n]`.
   """
-  if mode not in ("step", "trajectory"):
-    raise ValueError(f"advantage mode must be 'step' or 'trajectory', got {mode!r}")
+  if mode not in ADVANTAGE_MODES:
+    raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
   lengths = [len(v) for v in step_valid]
   if mode == "step":
     scores = np.concatenate(step_scores(episode_rewards, step_valid, invalid_penalty) or [[]])

@@ -15,7 +15,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from seed_jax.checks import non_negative, one_of, positive_int, require
 from seed_jax.seed import advantages as adv_lib
+from seed_jax.seed.advantages import ADVANTAGE_MODES
 
 
 @dataclasses.dataclass
@@ -93,6 +95,12 @@ class BatchConfig:
   advantage_mode: str = "step"
   norm_by_std: bool = True
   eps: float = 1e-6
+
+  def __post_init__(self):
+    require(self, ("response_len", "prompt_bucket", "max_prompt_len", "rows_multiple"),
+            positive_int, "a positive integer")
+    require(self, "invalid_penalty", non_negative, "a non-negative number")
+    require(self, "advantage_mode", one_of(ADVANTAGE_MODES), f"one of {ADVANTAGE_MODES}")
 
 
 def place_row(tokens: np.ndarray, mask: np.ndarray, row: int, prompt: Sequence[int],
@@ -196,3 +204,32 @@ def build_batch(
   if with_teacher:
     out["teacher_mask"][len(steps):, -1] = True
   return out, stats
+
+
+def trajectory_gate_stats(trajectories: Sequence[Trajectory], batch: dict[str, np.ndarray],
+                          teacher_logprobs: np.ndarray, beta: float
+                          ) -> list[dict[str, float] | None]:
+  """Per trajectory, the OPD shift and gate of its action tokens at theta_old.
+
+  `delta = teacher_logprobs - old_logprobs` (the skill-conditioned and the plain score of
+  the sampled tokens, both under the parameters that acted), `gate = sigmoid(beta * delta)`,
+  averaged over the trajectory's OPD-active tokens; None for a trajectory without a skill.
+  Rows follow `build_batch`'s order: every step of every trajectory, in turn.
+
+  Args:
+    batch: `build_batch`'s output (`old_logprobs`, `response_mask [B, R]`, `opd_mask [B]`).
+    teacher_logprobs: `[B, R]` under the skill-augmented prompts.
+  """
+  active = batch["response_mask"] * batch["opd_mask"][:, None]
+  delta = (teacher_logprobs - batch["old_logprobs"]).astype(np.float64)
+  gate = 1.0 / (1.0 + np.exp(-beta * delta))
+  out, row = [], 0
+  for traj in trajectories:
+    rows = slice(row, row + len(traj.steps))
+    row += len(traj.steps)
+    tokens = active[rows].sum()
+    out.append(None if tokens == 0 else {
+        "delta_mean": float((delta[rows] * active[rows]).sum() / tokens),
+        "gate_mean": float((gate[rows] * active[rows]).sum() / tokens),
+        "opd_tokens": int(tokens)})
+  return out

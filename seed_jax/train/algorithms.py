@@ -28,11 +28,6 @@ class Algorithm:
   opd: bool                 # skills condition the OPD teacher
   acting_skills: bool       # skills go into the acting prompt (Skill-GRPO)
 
-  @property
-  def needs_annotations(self) -> bool:
-    """Stage-1 rollouts and external annotations are needed (SFT data or the library)."""
-    return self.stage1_sft or self.skill_source == "library"
-
 
 def get_algorithm(name: str) -> Algorithm:
   table = {

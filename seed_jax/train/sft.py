@@ -15,16 +15,51 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 from tqdm.auto import tqdm
 
+from seed_jax.checks import (fraction, non_negative, non_negative_int, positive,
+                             positive_int, require)
 from seed_jax.parallel import hosts
-from seed_jax.parallel.mesh import in_mesh
+from seed_jax.parallel.mesh import (LogicalMesh, as_logical_mesh, batch_sharding, in_mesh,
+                                    replicated)
 from seed_jax.seed import optim
 from seed_jax.seed.batch import place_row
 from seed_jax.seed.logprobs import response_logprobs
-from seed_jax.seed.train_step import (BATCH_AXES, TrainState, apply_gradients,
+from seed_jax.seed.train_step import (TrainState, apply_gradients,
                                       init_train_state, train_state_shardings)
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTuneSpec:
+  """Hyper-parameters of one NLL fine-tuning phase (stage-1 SFT or behaviour cloning).
+
+  Attributes:
+    epochs, batch_size: passes over the examples and examples per step.
+    learning_rate: peak of the cosine schedule, reached after `warmup_fraction` of the steps.
+    b2, weight_decay: AdamW (stage 1: 0.95 and 0.01, as the public SFT recipe).
+    grad_clip: global-norm clip (0: none).
+    max_tokens: prompt + target tokens per row; longer prompts keep their last tokens.
+    holdout_fraction: examples kept out of training and scored once at the end.
+    chunk: response positions unembedded at a time.
+  """
+  epochs: int
+  batch_size: int
+  learning_rate: float
+  max_tokens: int
+  warmup_fraction: float = 0.0
+  b2: float = 0.95
+  weight_decay: float = 0.0
+  grad_clip: float = 1.0
+  holdout_fraction: float = 0.0
+  chunk: int = 512
+
+  def __post_init__(self):
+    require(self, "epochs", non_negative_int, "a non-negative integer")
+    require(self, ("batch_size", "max_tokens", "chunk"), positive_int, "a positive integer")
+    require(self, "learning_rate", positive, "a positive number")
+    require(self, ("warmup_fraction", "holdout_fraction"), fraction, "in [0, 1)")
+    require(self, ("weight_decay", "grad_clip"), non_negative, "a non-negative number")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +110,8 @@ def _nll_sums(graphdef, params, batch, chunk):
   return -(logprobs * mask).sum(), mask.sum()
 
 
-def make_nll_step(graphdef, optim_cfg: optim.OptimConfig, mesh: Mesh | None = None,
+def make_nll_step(graphdef, optim_cfg: optim.OptimConfig,
+                  mesh: LogicalMesh | Mesh | None = None,
                   state_shardings: TrainState | None = None, chunk: int = 128
                   ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
   """Jitted `(state, batch) -> (state, {"nll", "target_tokens", "grad_norm"})`, donating
@@ -92,13 +128,12 @@ def make_nll_step(graphdef, optim_cfg: optim.OptimConfig, mesh: Mesh | None = No
 
   if mesh is None:
     return jax.jit(step, donate_argnums=0)
-  rows = NamedSharding(mesh, PartitionSpec(BATCH_AXES))
-  replicated = NamedSharding(mesh, PartitionSpec())
-  return in_mesh(jax.jit(step, in_shardings=(state_shardings, rows),
-                         out_shardings=(state_shardings, replicated), donate_argnums=0), mesh)
+  return in_mesh(jax.jit(step, in_shardings=(state_shardings, batch_sharding(mesh, 1)),
+                         out_shardings=(state_shardings, replicated(mesh)),
+                         donate_argnums=0), mesh)
 
 
-def make_nll_eval(graphdef, mesh: Mesh | None = None, chunk: int = 128
+def make_nll_eval(graphdef, mesh: LogicalMesh | Mesh | None = None, chunk: int = 128
                   ) -> Callable[[object, dict], tuple[float, float]]:
   """Jitted `(params, batch) -> (nll sum, target token count)` for held-out data."""
   return in_mesh(jax.jit(lambda params, batch: _nll_sums(graphdef, params, batch, chunk)),
@@ -119,24 +154,24 @@ def iterate_batches(examples: Sequence[SFTExample], batch_size: int, epochs: int
 
 
 def fine_tune(graphdef, params, examples: Sequence[SFTExample],
-              holdout: Sequence[SFTExample] = (), *, mesh: Mesh, epochs: int, batch_size: int,
-              learning_rate: float, warmup_fraction: float, b2: float, weight_decay: float,
-              grad_clip: float, pad_id: int, max_tokens: int, chunk: int, seed: int,
-              log: Callable[..., object], desc: str = "sft"):
+              holdout: Sequence[SFTExample] = (), *, spec: FineTuneSpec, mesh: LogicalMesh,
+              pad_id: int, seed: int, log: Callable[..., object], desc: str = "sft"):
   """NLL fine-tuning with AdamW on a cosine schedule; returns the new parameters.
 
   `log(step, metrics)` receives every step's metrics and, with `holdout`,
   `log(steps, {"nll", "examples"}, "_holdout")` once at the end.
   """
-  batches = iterate_batches(examples, batch_size, epochs, seed)
-  warmup = int(len(batches) * warmup_fraction)
-  optim_cfg = optim.OptimConfig(learning_rate=learning_rate, schedule="cosine",
+  batch_size, max_tokens, chunk = spec.batch_size, spec.max_tokens, spec.chunk
+  batches = iterate_batches(examples, batch_size, spec.epochs, seed)
+  warmup = int(len(batches) * spec.warmup_fraction)
+  optim_cfg = optim.OptimConfig(learning_rate=spec.learning_rate, schedule="cosine",
                                 warmup_steps=warmup, total_steps=max(len(batches), warmup + 1),
-                                b2=b2, weight_decay=weight_decay, grad_clip=grad_clip)
+                                b2=spec.b2, weight_decay=spec.weight_decay,
+                                grad_clip=spec.grad_clip)
   shardings = train_state_shardings(params, mesh, optim_cfg)
   state = init_train_state(params, optim_cfg, shardings)
   step_fn = make_nll_step(graphdef, optim_cfg, mesh, shardings, chunk)
-  data_parallel = mesh.shape["data"] * mesh.shape["fsdp"]
+  data_parallel = as_logical_mesh(mesh).batch_shards  # rows are split by the "batch" rule
   # One (P, R) for every batch: one compiled step instead of one per length bucket.
   lengths = padded_lengths(list(examples) + list(holdout), max_len=max_tokens)
   pack = functools.partial(pack_examples, pad_id=pad_id, max_len=max_tokens, lengths=lengths,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import numpy as np
@@ -49,6 +50,7 @@ PROMPT = ("You are an expert agent operating in the ALFRED Embodied Environment.
           "Prior to this step, you have already taken 2 step(s).\n"
           "Your admissible actions of the current situation are: [go to fridge 1].")
 SKILL = "Clean the apple at the sinkbasin before you open the fridge."
+TASK_LINE = r"Your task is to:"  # what the acting format names as its task line
 
 
 def _byte_ids(text):
@@ -61,7 +63,7 @@ def _word_ids(text):
 
 @pytest.mark.parametrize("tokenize", [_byte_ids, _word_ids])
 def test_h_changes_only_the_inserted_block(tokenize):
-  aug = skills.augment_prompt(PROMPT, SKILL)
+  aug = skills.augment_prompt(PROMPT, SKILL, TASK_LINE)
   assert aug.text[aug.start:aug.end] == skills.skill_block(SKILL)
   assert aug.text[:aug.start] + aug.text[aug.end:] == PROMPT
   assert aug.text[:aug.start].endswith("put a clean apple in fridge.\n")
@@ -71,14 +73,21 @@ def test_h_changes_only_the_inserted_block(tokenize):
   n_before, n_block = len(tokenize(before)), len(tokenize(block))
   assert ids[:n_before] == tokenize(PROMPT[:aug.start])
   assert ids[n_before + n_block:] == tokenize(after) == tokenize(PROMPT[aug.start:])
-  assert skills.augment_prompt(PROMPT, SKILL) == aug  # deterministic
+  assert skills.augment_prompt(PROMPT, SKILL, TASK_LINE) == aug  # deterministic
+
+
+def test_h_inserts_after_the_line_the_caller_names_not_a_built_in_one():
+  prompt = "Intro.\nYour task is to: a decoy\nMission: reach the exit\nMap below."
+  aug = skills.augment_prompt(prompt, SKILL, r"Mission:")
+  assert aug.text[:aug.start] == "Intro.\nYour task is to: a decoy\nMission: reach the exit\n"
+  assert aug.text[aug.end:] == "Map below."
 
 
 def test_h_edge_cases():
-  last = skills.augment_prompt("Hello.\nYour task is to: look", SKILL)
+  last = skills.augment_prompt("Hello.\nYour task is to: look", SKILL, TASK_LINE)
   assert last.text.startswith("Hello.\nYour task is to: look\n## Episode-Level Skill")
   assert not last.text.endswith("\n")
-  no_task = skills.augment_prompt("first line\nsecond line", SKILL)
+  no_task = skills.augment_prompt("first line\nsecond line", SKILL, TASK_LINE)
   assert no_task.text.startswith("first line\n## Episode-Level Skill")
   assert skills.is_valid_skill("one two three four five")
   assert not skills.is_valid_skill("too short skill")
@@ -152,3 +161,19 @@ def test_build_batch_truncation_and_errors():
   trajs[0].steps[0].sampler_logprobs = [0.0]
   with pytest.raises(ValueError, match="sampler log-probs"):
     batch_lib.build_batch(trajs, cfg)
+
+
+def test_trajectory_gate_stats_average_each_trajectorys_opd_tokens():
+  trajs = [_traj("a", 10.0, [(5, 3, True), (6, 4, False)]),
+           _traj("a", 0.0, [(4, 2, True)], skill=False)]
+  batch, _ = batch_lib.build_batch(trajs, batch_lib.BatchConfig(
+      response_len=5, prompt_bucket=4, rows_multiple=4))
+  teacher = np.full((4, 5), -0.25, np.float32)
+  got = batch_lib.trajectory_gate_stats(trajs, batch, teacher, beta=5.0)
+  # Trajectory 0: 3 tokens at old -0.5 and 4 at old -1.5, written out one by one.
+  deltas = [0.25] * 3 + [1.25] * 4
+  gates = [1 / (1 + math.exp(-5.0 * d)) for d in deltas]
+  assert got[0]["opd_tokens"] == 7
+  assert math.isclose(got[0]["delta_mean"], sum(deltas) / 7)
+  assert math.isclose(got[0]["gate_mean"], sum(gates) / 7)
+  assert got[1] is None  # no skill, no OPD token

@@ -21,7 +21,7 @@ def main(process_id: int, port: int, model: str, workdir: str, out_json: str) ->
   from seed_jax.envs.pool import EnvPool
   from seed_jax.parallel import hosts
   from seed_jax.train.trainer import Trainer
-  from tests.train.test_end_to_end import tiny_config
+  from tests.train.conftest import tiny_spec
 
   stepped = []  # rows this host's env workers stepped
   original_step = EnvPool.step
@@ -31,7 +31,7 @@ def main(process_id: int, port: int, model: str, workdir: str, out_json: str) ->
     return original_step(self, actions)
 
   EnvPool.step = counting_step
-  trainer = Trainer(tiny_config(model, "seed"), workdir)
+  trainer = Trainer(tiny_spec(model, "seed"), workdir)
   summary = trainer.run()
   params = hosts.fetch(trainer.state.params)
   checksum = float(sum(np.abs(x.astype(np.float64)).sum() for x in jax.tree.leaves(params)))

@@ -17,54 +17,14 @@ import pytest
 from seed_jax.metrics import read_metrics
 from seed_jax.train.algorithms import ALGORITHMS
 from seed_jax.train.trainer import Trainer
+from tests.train.conftest import tiny_spec
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-  from seed_jax.models import ModelConfig, export_hf, random_model
-  from seed_jax.models.embedded import embedded_model_dir
-  from seed_jax.models.tokenizer import load_tokenizer
-  cache = tmp_path_factory.mktemp("xla_cache")
-  jax.config.update("jax_compilation_cache_dir", str(cache))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  cfg = ModelConfig.tiny(vocab_size=49152, eos_token_id=2, pad_token_id=2,
-                         max_position_embeddings=4096)
-  folder = tmp_path_factory.mktemp("tiny") / "model"
-  export_hf(random_model(cfg, seed=0), folder, load_tokenizer(embedded_model_dir()))
-  yield str(folder)
-  jax.config.update("jax_compilation_cache_dir", None)
-
-
-def tiny_config(model: str, algorithm: str, iterations: int = 1):
-  from configs import sokoban
-  c = sokoban.get_config("cpu")
-  with c.unlocked():
-    c.model.name = model
-    c.algorithm = algorithm
-    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 2, 2, 2
-    c.rollout.max_new_tokens = 16
-    c.rollout.max_prompt_tokens = 512
-    c.analyzer.max_new_tokens = 16
-    c.analyzer.backend = "policy" if algorithm in ("seed", "no_sft") else "oracle"
-    c.rl.iterations = iterations
-    c.rl.mini_batch_size = 16
-    c.rl.micro_batch_size = 8
-    c.rl.kl_coef = 0.01
-    c.pool.num_workers = 2
-    c.bc.enabled = algorithm == "seed"
-    c.bc.episodes = 2
-    c.sft.tasks_per_type = 2
-    c.eval.splits = ("valid_seen",)
-    c.eval.max_episodes = 2
-    c.log.plots = algorithm == "seed"
-  return c
-
-
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_runs_end_to_end(tiny_model, tmp_path, algorithm):
-  summary = Trainer(tiny_config(tiny_model, algorithm), str(tmp_path)).run()
+  summary = Trainer(tiny_spec(tiny_model, algorithm), str(tmp_path)).run()
   assert summary["iterations"] == 1 and "valid_seen/success" in summary
   assert summary["train/success_last"] == summary["train/success_first"]  # one iteration
   records = read_metrics(str(tmp_path / "metrics.jsonl"))
@@ -88,10 +48,10 @@ def final_params(workdir):
 
 def test_interrupted_then_resumed_equals_uninterrupted(tiny_model, tmp_path):
   straight = str(tmp_path / "straight")
-  Trainer(tiny_config(tiny_model, "no_sft", iterations=2), straight).run()
+  Trainer(tiny_spec(tiny_model, "no_sft", iterations=2), straight).run()
   resumed = str(tmp_path / "resumed")
-  Trainer(tiny_config(tiny_model, "no_sft", iterations=1), resumed).run()  # "interrupted"
-  Trainer(tiny_config(tiny_model, "no_sft", iterations=2), resumed).run()  # resumed
+  Trainer(tiny_spec(tiny_model, "no_sft", iterations=1), resumed).run()  # "interrupted"
+  Trainer(tiny_spec(tiny_model, "no_sft", iterations=2), resumed).run()  # resumed
   (step_a, a), (step_b, b) = final_params(straight), final_params(resumed)
   assert step_a == step_b == 2
   for x, y in zip(a, b):
@@ -115,7 +75,7 @@ def test_a_run_killed_while_saving_resumes_from_the_previous_checkpoint(tiny_mod
       from orbax.checkpoint._src.path import atomicity
       from seed_jax.checkpoint import Checkpointer
       from seed_jax.train.trainer import Trainer
-      from tests.train.test_end_to_end import tiny_config
+      from tests.train.conftest import tiny_spec
       saves = []
       original = Checkpointer.save
       def save(self, step, *args):
@@ -127,14 +87,14 @@ def test_a_run_killed_while_saving_resumes_from_the_previous_checkpoint(tiny_mod
             cls.finalize = die
         return original(self, step, *args)
       Checkpointer.save = save
-      Trainer(tiny_config({tiny_model!r}, "grpo", iterations=2), {workdir!r}).run()
+      Trainer(tiny_spec({tiny_model!r}, "grpo", iterations=2), {workdir!r}).run()
   """)
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=8")
   result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
                           timeout=900, env=env, cwd=repo)
   assert result.returncode == 17, result.stdout[-2000:] + result.stderr[-2000:]
-  trainer = Trainer(tiny_config(tiny_model, "grpo", iterations=2), workdir)
+  trainer = Trainer(tiny_spec(tiny_model, "grpo", iterations=2), workdir)
   assert trainer.checkpointer.latest_step() == 0  # iteration 1's save never committed
   summary = trainer.run()
   assert summary["iterations"] == 2

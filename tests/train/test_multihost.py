@@ -12,7 +12,6 @@ import sys
 import pytest
 
 from seed_jax.metrics import read_metrics
-from tests.train.test_end_to_end import tiny_model  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,7 +23,7 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def test_two_hosts_train_one_model_and_split_the_environments(tiny_model, tmp_path):  # noqa: F811
+def test_two_hosts_train_one_model_and_split_the_environments(tiny_model, tmp_path):
   workdir, port = str(tmp_path / "run"), free_port()
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
   procs = [subprocess.Popen(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +21,8 @@ from seed_jax.train.sft import (SFTExample, make_nll_eval, make_nll_step, pack_e
 def test_rows_are_left_padded_prompts_then_right_padded_targets():
   batch = pack_examples([SFTExample([5, 6, 7], [8, 9]), SFTExample([4], [3, 2, 1])],
                         pad_id=0, max_len=64, bucket=4, rows_multiple=4)
-  assert batch["tokens"].shape == (4, 8) and batch["target_mask"].shape == (4, 4)
+  chex.assert_shape([batch["tokens"], batch["mask"], batch["target_mask"]],
+                    [(4, 8), (4, 8), (4, 4)])
   np.testing.assert_array_equal(batch["tokens"][0], [0, 5, 6, 7, 8, 9, 0, 0])
   np.testing.assert_array_equal(batch["mask"][1], [0, 0, 0, 1, 1, 1, 1, 0])
   np.testing.assert_array_equal(batch["target_mask"][:2], [[1, 1, 0, 0], [1, 1, 1, 0]])
@@ -32,7 +34,8 @@ def test_every_batch_of_a_run_can_share_one_shape():
   lengths = padded_lengths(examples, max_len=64, bucket=4)
   assert lengths == (12, 8)
   small = pack_examples(examples[:1], pad_id=0, max_len=64, bucket=4, lengths=lengths)
-  assert small["tokens"].shape == (1, 20) and small["target_mask"].shape == (1, 8)
+  chex.assert_shape([small["tokens"], small["mask"], small["target_mask"]],
+                    [(1, 20), (1, 20), (1, 8)])
   assert small["mask"][0].tolist() == [0] * 9 + [1] * 5 + [0] * 6
 
 
@@ -42,6 +45,7 @@ def test_nll_equals_numpy_log_softmax():
   batch = pack_examples([SFTExample([5, 6, 7], [8, 9]), SFTExample([4, 10], [3, 2, 1])],
                         pad_id=0, max_len=64, bucket=4)
   total, count = make_nll_eval(graphdef)(params, batch)
+  chex.assert_shape([total, count], ())  # sums over the batch, not per row
   tokens, mask = batch["tokens"], batch["mask"]
   positions = np.maximum(np.cumsum(mask, 1) - 1, 0)
   logits = np.asarray(model.unembed(model(jnp.asarray(tokens), jnp.asarray(positions),

@@ -1,0 +1,362 @@
+"""The run spec: the config file's ConfigDict turned into frozen, typed specs, once.
+
+Every component takes its own spec (`LossConfig`, `OptimConfig`, `TrainStepConfig`,
+`BatchConfig`, `RolloutSpec`, `AnalyzerConfig`, `FineTuneSpec`, `MeshConfig`) and validates
+it in its constructor. This module is the only place that reads config keys: each spec is
+built by `_build` from a table {spec field: config key}, so a value the constructor rejects
+is reported as a `ConfigError` naming the config key, before anything is loaded or compiled.
+The trainer receives a `RunSpec` and copies nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import ml_collections
+
+from seed_jax.checks import (SpecError, fraction, non_negative_int, one_of, positive,
+                             positive_int, require)
+from seed_jax.envs.registry import ENV_NAMES, get_env_module
+from seed_jax.models.config import DTYPES
+from seed_jax.parallel.mesh import MeshConfig
+from seed_jax.parallel.rules import validate_rules
+from seed_jax.seed.analyzer import AnalyzerConfig
+from seed_jax.seed.batch import BatchConfig
+from seed_jax.seed.losses import LossConfig
+from seed_jax.seed.optim import OptimConfig
+from seed_jax.seed.train_step import TrainStepConfig
+from seed_jax.train.algorithms import ALGORITHMS, Algorithm, get_algorithm
+from seed_jax.train.rollout import RolloutSpec
+from seed_jax.train.sft import FineTuneSpec
+
+SPLITS = ("train", "valid_seen", "valid_unseen")
+
+
+class ConfigError(ValueError):
+  """A bad config value; the message starts with the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """Which weights, in which dtypes (`model.*`)."""
+  name: str
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+
+  def __post_init__(self):
+    require(self, "name", lambda v: isinstance(v, str) and v, "a model name or path")
+    require(self, ("dtype", "param_dtype"), one_of(DTYPES), f"one of {tuple(DTYPES)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+  """The env family, its own settings (`env.*` without `name`) and its worker pool."""
+  name: str
+  settings: ml_collections.FrozenConfigDict
+  num_workers: int = 8
+  step_timeout_s: float = 60.0
+
+  def __post_init__(self):
+    require(self, "num_workers", positive_int, "a positive integer")
+    require(self, "step_timeout_s", positive, "a positive number of seconds")
+
+  @property
+  def max_steps(self) -> int:
+    return self.settings.max_steps
+
+  def with_settings(self, **overrides) -> ml_collections.ConfigDict:
+    """A mutable copy of the settings with `overrides` (e.g. stage 1's turn limit)."""
+    settings = ml_collections.ConfigDict(self.settings.as_configdict().to_dict())
+    for key, value in overrides.items():
+      settings[key] = value
+    return settings
+
+
+@dataclasses.dataclass(frozen=True)
+class RLSpec:
+  """Stage 2: what an iteration plays and how its update is split (`rl.*`, `rollout.*`).
+
+  Attributes:
+    opd: the OPD term is on: the algorithm has it and `rl.lambda_opd > 0`. Off, no skill
+      is analysed and no teacher row is built or scored.
+    kl: a reference model is kept (`rl.kl_coef > 0`).
+  """
+  iterations: int
+  tasks_per_batch: int
+  group_size: int
+  mini_batch_size: int
+  micro_batch_size: int
+  opd: bool
+  kl: bool
+
+  def __post_init__(self):
+    require(self, "iterations", non_negative_int, "a non-negative integer")
+    require(self, ("tasks_per_batch", "group_size", "mini_batch_size", "micro_batch_size"),
+            positive_int, "a positive integer")
+    require(self, "mini_batch_size", lambda v: v % self.micro_batch_size == 0,
+            f"a multiple of rl.micro_batch_size ({self.micro_batch_size})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage1Spec:
+  """Stage 1 (`sft.*`): rollouts of the base policy, external labels, skill SFT."""
+  tasks_per_type: int
+  rollouts_per_task: int
+  history_length: int
+  rollout: RolloutSpec
+  annotator: AnalyzerConfig
+  fine_tune: FineTuneSpec
+
+  def __post_init__(self):
+    require(self, "tasks_per_type", non_negative_int, "a non-negative integer")
+    require(self, "rollouts_per_task", positive_int, "a positive integer")
+    require(self, "annotator", lambda a: a.backend in ("openai", "oracle"),
+            "an external analyzer backend, one of ('openai', 'oracle')")
+
+
+@dataclasses.dataclass(frozen=True)
+class BehaviourCloningSpec:
+  """The optional warm start (`bc.*`): clone the env expert on the first `episodes` tasks."""
+  episodes: int
+  fine_tune: FineTuneSpec
+
+  def __post_init__(self):
+    require(self, "episodes", non_negative_int, "a non-negative integer")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+  """Held-out evaluation (`eval.*`)."""
+  every: int
+  splits: tuple[str, ...]
+  max_episodes: int
+  at_end: bool
+  rollout: RolloutSpec
+
+  def __post_init__(self):
+    require(self, ("every", "max_episodes"), non_negative_int, "a non-negative integer")
+    require(self, "splits", lambda v: all(s in SPLITS for s in v), f"splits among {SPLITS}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+  """What the run writes (`checkpoint.*`, `log.*`)."""
+  checkpoint_every: int
+  checkpoint_keep: int
+  export_hf: bool
+  tensorboard: bool
+  plots: bool
+
+  def __post_init__(self):
+    require(self, "checkpoint_every", non_negative_int, "a non-negative integer")
+    require(self, "checkpoint_keep", positive_int, "a positive integer")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """Everything a run decides, typed and validated."""
+  algorithm: Algorithm
+  seed: int
+  model: ModelSpec
+  mesh: MeshConfig
+  env: EnvSpec
+  rl: RLSpec
+  rollout: RolloutSpec
+  optim: OptimConfig
+  train_step: TrainStepConfig
+  batch: BatchConfig
+  analyzer: AnalyzerConfig
+  analyzer_max_prompt_tokens: int
+  static_library: str
+  stage1: Stage1Spec
+  bc: BehaviourCloningSpec | None
+  eval: EvalSpec
+  output: OutputSpec
+  config_json: str  # the config as given, saved as workdir/config.json
+
+  @property
+  def max_cache_len(self) -> int:
+    """The sampler's cache bound: the longest prompt (acting or analysing) plus the longest
+    response, rounded up to a power of two (each call sizes its own cache below it)."""
+    prompt = max(self.rollout.max_prompt_tokens, self.analyzer_max_prompt_tokens)
+    new = max(self.rollout.max_new_tokens, self.analyzer.max_tokens)
+    return 1 << (prompt + new - 1).bit_length()
+
+
+# ------------------------------------------------------------------ building
+
+
+def _get(config: ml_collections.ConfigDict, key: str) -> Any:
+  node = config
+  for part in key.split("."):
+    if part not in node:
+      raise ConfigError(f"config.{key}: missing")
+    node = node[part]
+  return node
+
+
+def _build(cls, config: ml_collections.ConfigDict, keys: Mapping[str, str], **derived):
+  """`cls(**{field: config[key]}, **derived)`; a rejected field is named by its key."""
+  values = {field: _get(config, key) for field, key in keys.items()}
+  try:
+    return cls(**values, **derived)
+  except SpecError as e:
+    where = f"config.{keys[e.field]}" if e.field in keys else f"{cls.__name__}.{e.field}"
+    raise ConfigError(f"{where}: {e.problem}") from None
+
+
+def _env_spec(config: ml_collections.ConfigDict) -> EnvSpec:
+  name = _get(config, "env.name")
+  if name not in ENV_NAMES:
+    raise ConfigError(f"config.env.name: one of {ENV_NAMES}, got {name!r}")
+  module = get_env_module(name)
+  unknown = sorted(set(config.env.keys()) - set(module.default_config().keys()) - {"name"})
+  if unknown:
+    raise ConfigError(f"config.env.{unknown[0]}: not a setting of env {name!r}")
+  env = config.env
+  if not positive_int(env.max_steps):
+    raise ConfigError(f"config.env.max_steps: a positive integer, got {env.max_steps!r}")
+  if "task_types" in env:
+    known = tuple(module.TASK_TYPES)
+    if not (env.task_types and all(t in known for t in env.task_types)):
+      raise ConfigError(f"config.env.task_types: a non-empty selection of {known}, "
+                        f"got {env.task_types!r}")
+  if "solvable_within" in env and not positive_int(env.solvable_within):
+    raise ConfigError("config.env.solvable_within: a positive number of expert steps, got "
+                      f"{env.solvable_within!r}")
+  settings = ml_collections.FrozenConfigDict({k: v for k, v in env.items() if k != "name"})
+  return _build(EnvSpec, config, {"num_workers": "pool.num_workers",
+                                  "step_timeout_s": "pool.step_timeout_s"},
+                name=name, settings=settings)
+
+
+def _mesh(config: ml_collections.ConfigDict) -> MeshConfig:
+  for axis in ("data", "fsdp", "tensor"):
+    size = _get(config, f"mesh.{axis}")
+    if not (size == -1 or positive_int(size)):
+      raise ConfigError(f"config.mesh.{axis}: a positive size or -1, got {size!r}")
+  try:
+    rules = validate_rules(config.mesh.rules)
+  except ValueError as e:
+    raise ConfigError(f"config.{e}") from None
+  return MeshConfig(config.mesh.data, config.mesh.fsdp, config.mesh.tensor, rules)
+
+
+def _analyzer(config, backend_key: str) -> AnalyzerConfig:
+  backend = _get(config, backend_key)
+  choices = ("policy", "openai", "oracle")
+  if backend not in choices:
+    raise ConfigError(f"config.{backend_key}: one of {choices}, got {backend!r}")
+  if backend == "openai":
+    for key in ("analyzer.openai.base_url", "analyzer.openai.model"):
+      if not _get(config, key):
+        raise ConfigError(f"config.{key}: needed by the openai backend ({backend_key})")
+  return _build(AnalyzerConfig, config, {
+      "backend": backend_key, "max_retries": "analyzer.max_retries",
+      "retry_temperature": "analyzer.retry_temperature",
+      "min_skill_words": "analyzer.min_skill_words", "base_url": "analyzer.openai.base_url",
+      "model": "analyzer.openai.model", "api_key_env": "analyzer.openai.api_key_env",
+      "timeout_s": "analyzer.openai.timeout_s",
+      "http_retries": "analyzer.openai.max_http_retries",
+      "temperature": "analyzer.temperature", "max_tokens": "analyzer.max_new_tokens"})
+
+
+def _rollout(config, *, max_turns: int, temperature_key: str, top_p_key: str | None
+             ) -> RolloutSpec:
+  keys = {"temperature": temperature_key, "max_new_tokens": "rollout.max_new_tokens",
+          "max_prompt_tokens": "rollout.max_prompt_tokens"}
+  if top_p_key:
+    keys["top_p"] = top_p_key
+  return _build(RolloutSpec, config, keys, max_turns=max_turns)
+
+
+def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
+  """Reads and checks every key of `config`; raises `ConfigError` naming the first bad one."""
+  name = _get(config, "algorithm")
+  if name not in ALGORITHMS:
+    raise ConfigError(f"config.algorithm: one of {ALGORITHMS}, got {name!r}")
+  algorithm = get_algorithm(name)
+  model = _build(ModelSpec, config, {"name": "model.name", "dtype": "model.dtype",
+                                     "param_dtype": "model.param_dtype"})
+  mesh = _mesh(config)
+  env = _env_spec(config)
+  loss = _build(LossConfig, config, {
+      "clip_low": "rl.clip_ratio_low", "clip_high": "rl.clip_ratio_high",
+      "dual_clip": "rl.dual_clip", "kl_coef": "rl.kl_coef",
+      "entropy_coef": "rl.entropy_coef", "beta_opd": "rl.beta_opd",
+      "lambda_opd": "rl.lambda_opd"})
+  opd = algorithm.opd and loss.lambda_opd > 0
+  rl = _build(RLSpec, config, {
+      "iterations": "rl.iterations", "tasks_per_batch": "rollout.tasks_per_batch",
+      "group_size": "rollout.group_size", "mini_batch_size": "rl.mini_batch_size",
+      "micro_batch_size": "rl.micro_batch_size"}, opd=opd, kl=loss.kl_coef > 0)
+  if not opd:  # no teacher: the loss has no OPD term
+    loss = dataclasses.replace(loss, lambda_opd=0.0)
+  optim = _build(OptimConfig, config, {
+      "learning_rate": "rl.learning_rate", "warmup_steps": "rl.warmup_steps",
+      "weight_decay": "rl.weight_decay", "grad_clip": "rl.grad_clip"})
+  train_step = _build(TrainStepConfig, config, {
+      "teacher_mode": "rl.teacher_mode", "logprob_chunk": "rl.logprob_chunk"},
+      micro_batches=rl.mini_batch_size // rl.micro_batch_size, loss=loss)
+  rollout = _rollout(config, max_turns=env.max_steps, temperature_key="rollout.temperature",
+                     top_p_key="rollout.top_p")
+  batch = _build(BatchConfig, config, {
+      "response_len": "rollout.max_new_tokens", "invalid_penalty": "rl.invalid_penalty",
+      "norm_by_std": "rl.normalize_std", "advantage_mode": "rl.advantage_mode"},
+      # Teacher prompts are longer by the skill block: room for it beyond the prompt cut.
+      max_prompt_len=rollout.max_prompt_tokens + 256, rows_multiple=rl.mini_batch_size,
+      shared_prompt_len=opd and train_step.teacher_mode == "joint")
+  analyzer = _analyzer(config, "analyzer.backend")
+  analyzer_prompt = _get(config, "analyzer.max_prompt_tokens")
+  if not positive_int(analyzer_prompt):
+    raise ConfigError(f"config.analyzer.max_prompt_tokens: a positive integer, got "
+                      f"{analyzer_prompt!r}")
+
+  sft_keys = {"epochs": "sft.epochs", "batch_size": "sft.batch_size",
+              "learning_rate": "sft.learning_rate", "warmup_fraction": "sft.warmup_fraction",
+              "max_tokens": "sft.max_tokens", "holdout_fraction": "sft.holdout_fraction",
+              "grad_clip": "rl.grad_clip", "chunk": "rl.logprob_chunk"}
+  stage1 = _build(Stage1Spec, config, {
+      "tasks_per_type": "sft.tasks_per_type", "rollouts_per_task": "sft.rollouts_per_task",
+      "history_length": "sft.history_length"},
+      rollout=_rollout(config, max_turns=_positive_key(config, "sft.max_turns"),
+                       temperature_key="sft.temperature", top_p_key=None),
+      annotator=_analyzer(config, "sft.analyzer_backend"),
+      fine_tune=_build(FineTuneSpec, config, sft_keys, b2=0.95, weight_decay=0.01))
+  analyzer_row = analyzer_prompt + analyzer.max_tokens
+  if algorithm.stage1_sft and stage1.fine_tune.max_tokens < analyzer_row:
+    raise ConfigError(
+        f"config.sft.max_tokens: at least analyzer.max_prompt_tokens + "
+        f"analyzer.max_new_tokens ({analyzer_row}) so that skill SFT sees whole analyzer "
+        f"prompts, got {stage1.fine_tune.max_tokens}")
+  bc = None
+  if _get(config, "bc.enabled"):
+    bc = _build(BehaviourCloningSpec, config, {"episodes": "bc.episodes"},
+                fine_tune=_build(FineTuneSpec, config, {
+                    "epochs": "bc.epochs", "batch_size": "bc.batch_size",
+                    "learning_rate": "bc.learning_rate", "max_tokens": "sft.max_tokens",
+                    "grad_clip": "rl.grad_clip", "chunk": "rl.logprob_chunk"},
+                    warmup_fraction=0.0, b2=0.95, weight_decay=0.0))
+  evaluation = _build(EvalSpec, config, {
+      "every": "eval.every", "splits": "eval.splits", "max_episodes": "eval.max_episodes",
+      "at_end": "eval.at_end"},
+      rollout=_rollout(config, max_turns=env.max_steps, temperature_key="eval.temperature",
+                       top_p_key=None))
+  output = _build(OutputSpec, config, {
+      "checkpoint_every": "checkpoint.every", "checkpoint_keep": "checkpoint.keep",
+      "export_hf": "checkpoint.export_hf", "tensorboard": "log.tensorboard",
+      "plots": "log.plots"})
+  return RunSpec(
+      algorithm=algorithm, seed=_get(config, "seed"), model=model, mesh=mesh, env=env, rl=rl,
+      rollout=rollout, optim=optim, train_step=train_step, batch=batch, analyzer=analyzer,
+      analyzer_max_prompt_tokens=analyzer_prompt,
+      static_library=_get(config, "analyzer.static_library"), stage1=stage1, bc=bc,
+      eval=evaluation, output=output, config_json=config.to_json_best_effort(indent=2))
+
+
+def _positive_key(config, key: str) -> int:
+  value = _get(config, key)
+  if not positive_int(value):
+    raise ConfigError(f"config.{key}: a positive integer, got {value!r}")
+  return value

@@ -1,0 +1,79 @@
+"""Each algorithm switch does what the README's table says, and costs nothing it need not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from seed_jax.metrics import read_metrics
+from seed_jax.train import trainer as trainer_lib
+from seed_jax.train.trainer import Trainer
+from tests.train.conftest import tiny_spec
+
+pytestmark = pytest.mark.slow
+
+LIBRARY = {"sokoban": "Push each box only after checking the cell behind it is free."}
+
+
+@pytest.fixture
+def library_file(tmp_path):
+  path = tmp_path / "library.json"
+  path.write_text(json.dumps(LIBRARY))
+  return str(path)
+
+
+def test_a_static_library_file_spares_skill_grpo_its_stage_one(tiny_model, tmp_path,
+                                                               library_file, monkeypatch):
+  def no_stage1(self, *args, **kwargs):
+    raise AssertionError("stage 1 ran although the library file was given")
+  monkeypatch.setattr(Trainer, "stage1", no_stage1)
+  trainer = Trainer(tiny_spec(tiny_model, "skill_grpo", **{
+      "analyzer.static_library": library_file}), str(tmp_path / "run"))
+  trainer.before_rl()
+  assert trainer.library == LIBRARY
+
+
+def test_a_static_library_file_takes_precedence_over_the_stage_one_library(
+    tiny_model, tmp_path, library_file):
+  trainer = Trainer(tiny_spec(tiny_model, "static_library", **{
+      "analyzer.static_library": library_file}), str(tmp_path / "run"))
+  trainer.before_rl()  # stage 1 still runs: its SFT is part of the algorithm
+  assert trainer.library == LIBRARY
+  assert any(r["phase"] == "stage1" for r in read_metrics(str(tmp_path / "run" /
+                                                               "metrics.jsonl")))
+
+
+def test_skill_grpo_acts_with_its_library_in_training_and_in_evaluation(
+    tiny_model, tmp_path, library_file, monkeypatch):
+  acting = {}
+  original = trainer_lib.play_episodes
+
+  def recording(*args, desc, acting_skills=None, **kwargs):
+    acting[desc.split()[0]] = acting_skills
+    return original(*args, desc=desc, acting_skills=acting_skills, **kwargs)
+  monkeypatch.setattr(trainer_lib, "play_episodes", recording)
+  Trainer(tiny_spec(tiny_model, "skill_grpo", **{"analyzer.static_library": library_file}),
+          str(tmp_path / "run")).run()
+  assert acting["iter"] == LIBRARY and acting["eval"] == LIBRARY
+
+
+def test_lambda_opd_zero_runs_no_analyzer_and_scores_no_teacher(tiny_model, tmp_path,
+                                                                 monkeypatch):
+  def refuse(*args, **kwargs):
+    raise AssertionError("OPD is off, yet skills were analysed")
+  monkeypatch.setattr(Trainer, "attach_skills", refuse)
+  monkeypatch.setattr(trainer_lib.analyzer_lib, "make_analyzer", refuse)
+  built = []
+  original = trainer_lib.build_batch
+
+  def recording(trajs, cfg, with_teacher):
+    built.append(with_teacher)
+    return original(trajs, cfg, with_teacher=with_teacher)
+  monkeypatch.setattr(trainer_lib, "build_batch", recording)
+  spec = tiny_spec(tiny_model, "no_sft", **{"rl.lambda_opd": 0.0, "eval.at_end": False})
+  Trainer(spec, str(tmp_path / "run")).run()
+  assert built == [False]
+  train = [r for r in read_metrics(str(tmp_path / "run" / "metrics.jsonl"))
+           if r["phase"] == "train"]
+  assert "opd_loss" not in train[0] and "time_analysis_s" not in train[0]

@@ -1,0 +1,208 @@
+"""The run spec: every config key reaches its component's spec; bad keys and values fail
+before anything is loaded, naming the key."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from seed_jax.train.spec import ConfigError, build_run_spec
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENVS = ("alfworld", "webshop", "search", "sokoban")
+
+
+def load(env: str, preset: str = ""):
+  module = importlib.import_module(f"configs.{env}")
+  return module.get_config(preset)
+
+
+def _set(config, key, value):
+  with config.unlocked():
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return config
+
+
+def _field(spec, path):
+  for part in path.split("."):
+    spec = getattr(spec, part)
+  return spec
+
+
+@pytest.mark.parametrize("preset", ["", "cpu"])
+@pytest.mark.parametrize("env", ENVS)
+def test_every_config_and_preset_validates(env, preset):
+  config = load(env, preset)
+  spec = build_run_spec(config)
+  assert spec.env.name == env and spec.algorithm.name == "seed"
+
+
+def test_paper_defaults():
+  c = load("alfworld")
+  assert (c.rl.beta_opd, c.rl.lambda_opd, c.rollout.group_size, c.rollout.tasks_per_batch,
+          c.rl.learning_rate, c.rl.clip_ratio_low, c.rl.kl_coef, c.rl.invalid_penalty,
+          c.env.history_length, c.rollout.max_new_tokens, c.rl.iterations,
+          c.eval.temperature) == (5.0, 0.01, 8, 16, 1e-6, 0.2, 0.01, 0.1, 2, 512, 150, 0.4)
+  assert c.env.max_steps == 50 and load("search").rl.kl_coef == 0.001
+
+
+def test_unknown_preset_lists_the_known_ones():
+  with pytest.raises(ValueError, match="unknown config preset 'tpu'; known: cpu"):
+    load("alfworld", "tpu")
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("algorithm", "ppo", "config.algorithm: one of"),
+    ("rl.teacher_mode", "both", "config.rl.teacher_mode"),
+    ("rl.lambda_opd", -1.0, "config.rl.lambda_opd"),
+    ("rollout.group_size", 0, "config.rollout.group_size"),
+    ("rollout.top_p", 1.5, "config.rollout.top_p"),
+    ("model.dtype", "float16", "config.model.dtype"),
+    ("mesh.fsdp", 0, "config.mesh.fsdp"),
+    ("analyzer.backend", "gpt", "config.analyzer.backend"),
+    ("sft.holdout_fraction", 1.0, "config.sft.holdout_fraction"),
+    ("rl.dual_clip", 0.5, "config.rl.dual_clip"),
+    ("env.max_steps", 0, "config.env.max_steps"),
+    ("env.task_types", ("pick_and_place", "make_coffee"), "config.env.task_types"),
+    ("env.solvable_within", 0, "config.env.solvable_within"),
+    ("rl.advantage_mode", "episode", "config.rl.advantage_mode"),
+    ("rl.micro_batch_size", 5, "config.rl.mini_batch_size: a multiple"),
+    ("sft.epochs", -1, "config.sft.epochs"),
+    ("bc.learning_rate", 0.0, "config.bc.learning_rate"),
+    ("eval.temperature", -0.5, "config.eval.temperature"),
+    ("analyzer.max_prompt_tokens", 0, "config.analyzer.max_prompt_tokens"),
+    ("checkpoint.keep", 0, "config.checkpoint.keep"),
+    ("sft.max_tokens", 512, "config.sft.max_tokens: at least"),
+    ("analyzer.retry_temperature", 0.0, "config.analyzer.retry_temperature"),
+])
+def test_bad_values_name_the_key(key, value, match):
+  config = _set(load("alfworld" if key.startswith("env.") else "sokoban", "cpu"), key, value)
+  with pytest.raises(ConfigError, match=match):
+    build_run_spec(config)
+
+
+@pytest.mark.parametrize("key,value,field", [
+    ("seed", 7, "seed"),
+    ("model.name", "some/folder", "model.name"),
+    ("model.dtype", "bfloat16", "model.dtype"),
+    ("mesh.tensor", 2, "mesh.tensor"),
+    ("pool.num_workers", 3, "env.num_workers"),
+    ("env.max_steps", 9, "rollout.max_turns"),
+    ("env.max_steps", 9, "eval.rollout.max_turns"),
+    ("rollout.tasks_per_batch", 5, "rl.tasks_per_batch"),
+    ("rollout.group_size", 3, "rl.group_size"),
+    ("rollout.temperature", 0.9, "rollout.temperature"),
+    ("rollout.top_p", 0.9, "rollout.top_p"),
+    ("rollout.max_new_tokens", 33, "rollout.max_new_tokens"),
+    ("rollout.max_new_tokens", 33, "batch.response_len"),
+    ("rollout.max_prompt_tokens", 900, "rollout.max_prompt_tokens"),
+    ("rl.iterations", 4, "rl.iterations"),
+    ("rl.learning_rate", 3e-6, "optim.learning_rate"),
+    ("rl.warmup_steps", 2, "optim.warmup_steps"),
+    ("rl.weight_decay", 0.1, "optim.weight_decay"),
+    ("rl.grad_clip", 0.5, "optim.grad_clip"),
+    ("rl.clip_ratio_low", 0.1, "train_step.loss.clip_low"),
+    ("rl.clip_ratio_high", 0.28, "train_step.loss.clip_high"),
+    ("rl.dual_clip", 0.0, "train_step.loss.dual_clip"),
+    ("rl.kl_coef", 0.02, "train_step.loss.kl_coef"),
+    ("rl.entropy_coef", 0.0, "train_step.loss.entropy_coef"),
+    ("rl.beta_opd", 2.0, "train_step.loss.beta_opd"),
+    ("rl.lambda_opd", 0.05, "train_step.loss.lambda_opd"),
+    ("rl.teacher_mode", "joint", "train_step.teacher_mode"),
+    ("rl.logprob_chunk", 64, "train_step.logprob_chunk"),
+    ("rl.invalid_penalty", 0.2, "batch.invalid_penalty"),
+    ("rl.advantage_mode", "trajectory", "batch.advantage_mode"),
+    ("rl.normalize_std", False, "batch.norm_by_std"),
+    ("analyzer.backend", "oracle", "analyzer.backend"),
+    ("analyzer.max_new_tokens", 77, "analyzer.max_tokens"),
+    ("analyzer.temperature", 0.3, "analyzer.temperature"),
+    ("analyzer.max_retries", 0, "analyzer.max_retries"),
+    ("analyzer.retry_temperature", 0.5, "analyzer.retry_temperature"),
+    ("analyzer.max_prompt_tokens", 900, "analyzer_max_prompt_tokens"),
+    ("analyzer.static_library", "lib.json", "static_library"),
+    ("sft.tasks_per_type", 3, "stage1.tasks_per_type"),
+    ("sft.rollouts_per_task", 3, "stage1.rollouts_per_task"),
+    ("sft.max_turns", 11, "stage1.rollout.max_turns"),
+    ("sft.temperature", 0.6, "stage1.rollout.temperature"),
+    ("sft.history_length", 4, "stage1.history_length"),
+    ("sft.epochs", 2, "stage1.fine_tune.epochs"),
+    ("sft.learning_rate", 1e-5, "stage1.fine_tune.learning_rate"),
+    ("sft.batch_size", 2, "stage1.fine_tune.batch_size"),
+    ("sft.holdout_fraction", 0.2, "stage1.fine_tune.holdout_fraction"),
+    ("sft.max_tokens", 2048, "stage1.fine_tune.max_tokens"),
+    ("bc.episodes", 5, "bc.episodes"),
+    ("bc.epochs", 4, "bc.fine_tune.epochs"),
+    ("bc.learning_rate", 2e-4, "bc.fine_tune.learning_rate"),
+    ("eval.every", 3, "eval.every"),
+    ("eval.temperature", 0.2, "eval.rollout.temperature"),
+    ("eval.max_episodes", 7, "eval.max_episodes"),
+    ("checkpoint.keep", 5, "output.checkpoint_keep"),
+    ("log.plots", False, "output.plots"),
+])
+def test_each_key_reaches_its_spec_field(key, value, field):
+  config = _set(load("alfworld", "cpu"), key, value)
+  assert _field(build_run_spec(config), field) == value
+
+
+def test_spec_defaults_are_the_paper_settings_of_the_components():
+  from seed_jax.seed.losses import LossConfig
+  from seed_jax.seed.train_step import TrainStepConfig
+  spec = build_run_spec(load("alfworld"))
+  assert spec.train_step.loss == LossConfig(kl_coef=0.01)
+  assert spec.train_step.teacher_mode == TrainStepConfig().teacher_mode == "precomputed"
+  assert spec.stage1.fine_tune.weight_decay == 0.01 and spec.stage1.fine_tune.b2 == 0.95
+
+
+def test_dual_clip_zero_reaches_the_loss_as_off():
+  spec = build_run_spec(_set(load("sokoban", "cpu"), "rl.dual_clip", 0))
+  assert spec.train_step.loss.dual_clip == 0
+
+
+@pytest.mark.parametrize("algorithm,lambda_opd,opd", [
+    ("seed", 0.01, True), ("seed", 0.0, False), ("no_sft", 0.0, False),
+    ("grpo", 0.01, False), ("no_opd", 0.01, False), ("static_library", 0.01, True),
+])
+def test_opd_is_on_only_when_the_algorithm_has_it_and_lambda_is_positive(
+    algorithm, lambda_opd, opd):
+  config = _set(_set(load("sokoban", "cpu"), "algorithm", algorithm), "rl.lambda_opd",
+                lambda_opd)
+  spec = build_run_spec(config)
+  assert spec.rl.opd == opd
+  assert spec.train_step.loss.lambda_opd == (lambda_opd if opd else 0.0)
+  assert spec.batch.shared_prompt_len is False  # precomputed teacher: no shared P
+
+
+def test_the_cpu_preset_runs_the_papers_self_evolving_analyzer():
+  spec = build_run_spec(load("alfworld", "cpu"))
+  assert spec.analyzer.backend == "policy"          # RL-time skills: the policy itself
+  assert spec.stage1.annotator.backend == "oracle"  # stage-1 labels: the offline stand-in
+
+
+def test_openai_backend_needs_an_endpoint():
+  config = load("alfworld", "cpu")
+  config.sft.analyzer_backend = "openai"
+  with pytest.raises(ConfigError, match="config.analyzer.openai.base_url"):
+    build_run_spec(config)
+
+
+@pytest.mark.parametrize("override,match", [
+    ("--config.rl.lambda_opdd=0.1", "lambda_opdd"),
+    ("--config.rl.lambda_opd=abc", "lambda_opd"),
+    ("--config.algorithm=ppo", "config.algorithm"),
+])
+def test_command_line_overrides_fail_before_anything_runs(override, match, tmp_path):
+  result = subprocess.run(
+      [sys.executable, "-m", "seed_jax.main", "--config=configs/sokoban.py:cpu", override,
+       f"--workdir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=120,
+      env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert result.returncode != 0
+  assert match in result.stderr + result.stdout
+  assert not os.path.exists(tmp_path / "checkpoints")
