@@ -1,4 +1,8 @@
-"""Shared benchmark helpers: timing, the machine's matmul peak, model FLOPs."""
+"""Shared benchmark helpers: timing, the machine's matmul peak, a synthetic RL batch.
+
+FLOPs are counted by `seed_jax.models.flops`, the project's one count (the TPU plan uses it
+too), so a bench's fraction of peak and the plan's estimates mean the same thing.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,7 @@ import time
 
 import jax
 import jax.numpy as jnp
-
-from seed_jax.models.config import ModelConfig
+import numpy as np
 
 
 def time_call(fn, *args, repeats: int = 3) -> float:
@@ -25,24 +28,37 @@ def time_call(fn, *args, repeats: int = 3) -> float:
   return best
 
 
-def matmul_peak_flops(dtype=jnp.float32, n: int = 2048) -> float:
-  """Measured FLOP/s of a jitted square matmul (bf16 accumulates in float32)."""
-  a = jnp.ones((n, n), dtype)
-  b = jnp.ones((n, n), dtype)
+def matmul_peak_flops(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> float:
+  """Measured FLOP/s of a jitted `n x n x n` matmul (bf16 accumulates in float32).
+
+  Random operands: some chips multiply constant data faster (an H200 ran ~13% faster on
+  zeros), which would flatter the peak and so understate every fraction of it.
+  """
+  key_a, key_b = jax.random.split(jax.random.key(0))
+  a = jax.random.normal(key_a, (n, n), dtype)
+  b = jax.random.normal(key_b, (n, n), dtype)
   matmul = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
-  return 2 * n**3 / time_call(matmul, a, b, repeats=5)
+  return 2 * n**3 / time_call(matmul, a, b, repeats=repeats)
 
 
-def forward_flops(cfg: ModelConfig, batch: int, length: int, with_head: bool = True) -> float:
-  """FLOPs of one full causal forward: projections, causal attention, LM head."""
-  d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-  per_token_params = (d * hd * (cfg.num_heads * 2 + cfg.num_kv_heads * 2) + 3 * d * f)
-  tokens = batch * length
-  dense = 2 * per_token_params * cfg.num_layers * tokens
-  # QK^T and PV over the causal half of the [T, T] score matrix.
-  attention = 2 * 2 * cfg.num_layers * batch * cfg.num_heads * hd * length * (length + 1) / 2
-  head = 2 * d * cfg.vocab_size * tokens if with_head else 0
-  return dense + attention + head
+def synthetic_rl_batch(rows: int, prompt_len: int, response_len: int, vocab: int,
+                       seed: int = 0) -> dict[str, np.ndarray]:
+  """A train-step batch of random tokens with every field the step reads (the teacher's
+  log-probs precomputed), a quarter of each prompt left-padded."""
+  rng = np.random.default_rng(seed)
+  total = prompt_len + response_len
+  tokens = rng.integers(3, vocab, size=(rows, total)).astype(np.int32)
+  mask = np.ones((rows, total), bool)
+  mask[:, : prompt_len // 4] = False
+  return {
+      "student_tokens": tokens, "student_mask": mask,
+      "teacher_tokens": np.roll(tokens, 1, axis=1), "teacher_mask": np.ones_like(mask),
+      "teacher_logprobs": np.full((rows, response_len), -10.5, np.float32),
+      "response_mask": np.ones((rows, response_len), np.float32),
+      "old_logprobs": np.full((rows, response_len), -10.8, np.float32),
+      "advantages": rng.normal(size=rows).astype(np.float32),
+      "opd_mask": np.ones((rows,), np.float32),
+  }
 
 
 def emit(record: dict) -> None:

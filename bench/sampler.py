@@ -9,7 +9,8 @@ thread pool alive there), float32 as in REFERENCE.md's calibration; `first16_agr
 low where bf16 flips a near-tie of random-token prompts (float32 JAX matches exactly).
 The roofline fields relate one JAX decode step to this machine's calibrated ceilings
 (REFERENCE.md: ~1,450 GFLOP/s for bf16 matmuls with float32 accumulation, ~25 GB/s of
-streaming bandwidth); bytes = weights + the KV cache read once per step.
+streaming bandwidth); FLOPs are `seed_jax.models.flops.forward_flops` of one token per row
+attending over the whole cache; bytes = weights + the KV cache read once per step.
 
   .venv/bin/python -m bench.sampler [--batches 1,8,32] [--dtype bfloat16] [--no-torch]
 """
@@ -41,6 +42,7 @@ def _time(fn, repeats: int = 1) -> float:
 
 def bench_jax(batches, prompt_len, new_tokens, dtype):
   import jax  # pylint: disable=import-outside-toplevel
+  from seed_jax.models.flops import forward_flops  # pylint: disable=import-outside-toplevel
   from seed_jax.models.loader import load_model  # pylint: disable=import-outside-toplevel
   from seed_jax.sampling import Sampler, SamplingParams  # pylint: disable=import-outside-toplevel
   model, tokenizer = load_model("smollm2-135m-instruct", dtype=dtype)
@@ -49,7 +51,6 @@ def bench_jax(batches, prompt_len, new_tokens, dtype):
   rng = np.random.default_rng(0)
   full = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
   first = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
-  n_params = sum(x.size for x in jax.tree.leaves(sampler.params))
   weight_bytes = sum(x.nbytes for x in jax.tree.leaves(sampler.params))
   results, outputs = {}, {}
   for batch in batches:
@@ -70,8 +71,8 @@ def bench_jax(batches, prompt_len, new_tokens, dtype):
     cache_len = prompt_len + new_tokens
     kv_bytes = (2 * cfg.num_layers * rows * cfg.num_kv_heads * cache_len * cfg.head_dim
                 * np.dtype(dtype).itemsize)
-    flops = 2 * n_params * rows + 4 * cfg.num_layers * rows * cfg.num_heads * cache_len \
-        * cfg.head_dim
+    # One decode step: every row's one new token attends over the whole cache.
+    flops = forward_flops(cfg, rows, 1, unembedded=1, context=cache_len)
     results[batch] = dict(
         tok_s=round(batch * new_tokens / total, 2),
         decode_tok_s=round(batch * (new_tokens - 1) / (total - prefill), 2),
@@ -80,7 +81,7 @@ def bench_jax(batches, prompt_len, new_tokens, dtype):
         frac_peak_flops=round(flops / step / 1e9 / PEAK_GFLOPS, 3),
         frac_peak_bw=round((weight_bytes + kv_bytes) / step / 1e9 / PEAK_GBPS, 3))
     outputs[batch] = (prompts, out.tokens)
-  return results, outputs, sampler.num_traces
+  return results, outputs
 
 
 def bench_torch(batches, prompt_len, new_tokens, prompts_file):
@@ -138,11 +139,11 @@ def main():
   if args.torch_only:
     print(json.dumps(bench_torch(batches, args.prompt_len, args.new_tokens, args.torch_only)))
     return
-  jax_results, outputs, traces = bench_jax(batches, args.prompt_len, args.new_tokens,
+  jax_results, outputs = bench_jax(batches, args.prompt_len, args.new_tokens,
                                            args.dtype)
   line = dict(bench="sampler", model="smollm2-135m-instruct", dtype=args.dtype,
               prompt_len=args.prompt_len, new_tokens=args.new_tokens, greedy=True,
-              cpus=os.cpu_count(), compiles=traces, jax=jax_results)
+              cpus=os.cpu_count(), jax=jax_results)
   if not args.no_torch:
     torch_results = _run_torch_subprocess(batches, args.prompt_len, args.new_tokens, outputs)
     line["transformers"] = torch_results

@@ -1,7 +1,7 @@
 """Training throughput at the Quickstart's shape, against this machine's matmul peak.
 
   python bench/train_step.py [--rows=8 --prompt_len=704 --response_len=64 --dtype=bfloat16
-                              --modes=precomputed,separate --repeats=2]
+                              --modes=precomputed,separate --repeats=2 --matmul_n=2048]
 
 The embedded model (SmolLM2-135M-Instruct, float32 parameters, `--dtype` compute) on
 `rows x (prompt_len + response_len)` tokens (the `:cpu` presets' micro-batch: 8 x 768):
@@ -9,10 +9,11 @@ The embedded model (SmolLM2-135M-Instruct, float32 parameters, `--dtype` compute
   forward + backward, no optimizer);
 * one full train step per teacher mode (`precomputed`, the default, scores no teacher in
   the step; `separate` adds a no-grad teacher forward; `joint` a batched one).
-Each reports tokens/s, the achieved useful GFLOP/s (forward 1x, backward 2x; the LM head
-only at response positions; rematerialisation not counted) and its fraction of the
-matmul peak measured in the same run: a bf16 x bf16 -> float32 matmul for bfloat16
-compute, float32 otherwise. Also the compiled temp memory of each, and of value-and-grad
+Each reports tokens/s, the achieved useful GFLOP/s (the model count of
+`seed_jax.models.flops.training_flops`: forward 1x, backward 2x; the LM head only at
+response positions; rematerialisation not counted) and its fraction of the matmul peak
+measured in the same run: a bf16 x bf16 -> float32 matmul for bfloat16 compute, float32
+otherwise. Also the compiled temp memory of each, and of value-and-grad
 of the chunked log-prob + entropy against the naive `[B, R, V]` float32 logits.
 Prints one JSON line.
 """
@@ -31,8 +32,9 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from bench.common import emit, forward_flops, matmul_peak_flops  # noqa: E402
+from bench.common import emit, matmul_peak_flops, synthetic_rl_batch  # noqa: E402
 from seed_jax.models import load_model  # noqa: E402
+from seed_jax.models.flops import forward_flops, training_flops  # noqa: E402
 from seed_jax.seed import logprobs as lp_lib  # noqa: E402
 from seed_jax.seed import losses  # noqa: E402
 from seed_jax.seed import train_step as ts  # noqa: E402
@@ -48,31 +50,17 @@ _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "comput
 _LP_ROWS = flags.DEFINE_integer("lp_rows", 8, "rows of the log-prob memory comparison")
 _LP_LEN = flags.DEFINE_integer("lp_len", 512, "response length of the memory comparison")
 _LP_CHUNKS = flags.DEFINE_list("lp_chunks", ["32", "128"], "chunk sizes of the comparison")
+_MATMUL_N = flags.DEFINE_integer("matmul_n", 2048, "side of the square matmul of the peak")
 
 
-def _batch(rows, prompt_len, response_len, vocab, seed=0):
-  rng = np.random.default_rng(seed)
-  total = prompt_len + response_len
-  tokens = rng.integers(3, vocab, size=(rows, total)).astype(np.int32)
-  mask = np.ones((rows, total), bool)
-  mask[:, : prompt_len // 4] = False  # some left padding
-  return {
-      "student_tokens": tokens, "student_mask": mask,
-      "teacher_tokens": np.roll(tokens, 1, axis=1), "teacher_mask": np.ones_like(mask),
-      "teacher_logprobs": np.full((rows, response_len), -10.5, np.float32),
-      "response_mask": np.ones((rows, response_len), np.float32),
-      "old_logprobs": np.full((rows, response_len), -10.8, np.float32),
-      "advantages": rng.normal(size=rows).astype(np.float32),
-      "opd_mask": np.ones((rows,), np.float32),
-  }
-
-
-def _useful_flops(cfg, rows: int, prompt_len: int, response_len: int, passes: int) -> float:
-  """`passes` forward-equivalents (3 = forward + backward) of the body over all tokens
-  and of the LM head at the R response positions."""
-  body = forward_flops(cfg, rows, prompt_len + response_len, with_head=False)
-  head = 2 * cfg.hidden_size * cfg.vocab_size * rows * response_len
-  return passes * (body + head)
+def _useful_flops(cfg, rows: int, prompt_len: int, response_len: int,
+                  teacher_forward: bool) -> float:
+  """Model FLOPs of forward + backward over every token, the LM head only at the R
+  response positions; plus a no-grad teacher forward when the step scores the teacher."""
+  length = prompt_len + response_len
+  model, _ = training_flops(cfg, rows, length, unembedded=response_len)
+  teacher = forward_flops(cfg, rows, length, unembedded=response_len) if teacher_forward else 0
+  return model + teacher
 
 
 def _timed(compiled, *args, donate_first: bool = False):
@@ -128,8 +116,8 @@ def main(_):
   rows, prompt_len, response_len = _ROWS.value, _PROMPT.value, _RESPONSE.value
   tokens = rows * (prompt_len + response_len)
   batch = {k: jnp.asarray(v) for k, v in
-           _batch(rows, prompt_len, response_len, cfg.vocab_size).items()}
-  peak = matmul_peak_flops(jnp.dtype(_DTYPE.value))
+           synthetic_rl_batch(rows, prompt_len, response_len, cfg.vocab_size).items()}
+  peak = matmul_peak_flops(jnp.dtype(_DTYPE.value), _MATMUL_N.value)
   results = {}
 
   def logprob_loss(p, tokens, mask):
@@ -143,7 +131,7 @@ def main(_):
   compile_s = time.perf_counter() - start
   seconds, (loss, _) = _timed(grad, params, batch["student_tokens"], batch["student_mask"])
   results["grad"] = _record(seconds, compile_s, _useful_flops(
-      cfg, rows, prompt_len, response_len, 3), peak, tokens, grad,
+      cfg, rows, prompt_len, response_len, teacher_forward=False), peak, tokens, grad,
                             loss_finite=bool(np.isfinite(float(loss))))
 
   optim_cfg = OptimConfig()
@@ -156,10 +144,11 @@ def main(_):
     compiled = step.lower(state, batch).compile()
     compile_s = time.perf_counter() - start
     seconds, (state, metrics) = _timed(compiled, state, batch, donate_first=True)
-    passes = 3 if mode == "precomputed" else 4  # + the teacher's forward
+    flops = _useful_flops(cfg, rows, prompt_len, response_len,
+                          teacher_forward=mode != "precomputed")
     results[f"step_{mode}"] = _record(
-        seconds, compile_s, _useful_flops(cfg, rows, prompt_len, response_len, passes), peak,
-        tokens, compiled, loss_finite=bool(np.isfinite(float(metrics["loss"]))))
+        seconds, compile_s, flops, peak, tokens, compiled,
+        loss_finite=bool(np.isfinite(float(metrics["loss"]))))
     del state
   emit(dict(bench="train_step", model="smollm2-135m-instruct", dtype=_DTYPE.value,
             param_dtype="float32", rows=rows, prompt_len=prompt_len,

@@ -26,6 +26,10 @@ def get_base_config() -> ml_collections.ConfigDict:
   c.algorithm = "seed"  # one of seed_jax.train.algorithms.ALGORITHMS (README: Algorithms)
   c.seed = 0
   c.workdir = ""  # also --workdir; a stopped run resumes from its last checkpoint here
+  # Weights to start a new run from: a checkpoint (a run folder, its checkpoints/ or one
+  # step's folder) or an HF folder. Parameters only, the optimizer starts afresh; a workdir
+  # holding checkpoints resumes from them instead (seed_jax/train/init_from.py).
+  c.init_from = ""
 
   c.model = ml_collections.ConfigDict(dict(
       name="smollm2-135m-instruct",  # embedded name, HF folder or .gguf file
@@ -165,8 +169,12 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def apply_preset(c: ml_collections.ConfigDict, preset: str, **presets
                  ) -> ml_collections.ConfigDict:
-  """Applies the named preset (`file.py:NAME`); an unknown name lists the known ones."""
-  if preset:
+  """Applies the named preset (`file.py:NAME`, or `file.py:MODEL@SLICE` from
+  configs/pods.py); an unknown name lists the known ones."""
+  if "@" in preset:  # MODEL@SLICE: a model laid out on a TPU slice (configs/pods.py)
+    from configs import pods  # pylint: disable=import-outside-toplevel
+    pods.apply_pod(c, preset)
+  elif preset:
     if preset not in presets:
       raise ValueError(f"unknown config preset {preset!r}; known: {', '.join(sorted(presets))}")
     presets[preset](c)

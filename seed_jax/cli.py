@@ -38,6 +38,16 @@ _QUIET_ENV = {
 }
 
 
+# On a machine without TPU chips, libtpu (installed to compile for TPU slices: seed_jax.plan)
+# would ask the Cloud metadata server about the TPU and its workers and print warnings when
+# jax probes its backends; told it is alone, it stays quiet. Harmless where there is no TPU.
+NO_TPU_ENV = {
+    "TPU_SKIP_MDS_QUERY": "1",
+    "TPU_ACCELERATOR_TYPE": "v5p-8",  # any valid type: only compiling is ever done here
+    "TPU_WORKER_HOSTNAMES": "localhost",
+}
+
+
 def verbosity_requested(argv: Sequence[str]) -> bool:
   """Whether `argv` sets absl's `--verbosity` (`-v`): the user asked for the logs."""
   return any(re.match(r"^--?(verbosity|v)(=|$)", arg) for arg in argv[1:])
@@ -53,6 +63,15 @@ def quiet_startup(argv: Sequence[str] | None = None) -> None:
     return
   for key, value in _QUIET_ENV.items():
     os.environ.setdefault(key, value)
+  if not _has_tpu_chips():
+    for key, value in NO_TPU_ENV.items():
+      os.environ.setdefault(key, value)
+
+
+def _has_tpu_chips() -> bool:
+  """TPU VMs expose their chips as /dev/accel* (v4, v5e) or VFIO groups (v5p, v6e)."""
+  import glob  # pylint: disable=import-outside-toplevel
+  return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
 
 
 def fail(message: str) -> NoReturn:
@@ -246,6 +265,23 @@ def mesh_error(mesh: Any, num_devices: int) -> str | None:
   if product != num_devices:
     return (f"{keys}: {shape} needs {_devices(product)}, but {_devices(num_devices)} "
             f"{'are' if num_devices != 1 else 'is'} available (-1 on one axis takes the rest)")
+  return None
+
+
+def batch_error(spec: Any, num_devices: int) -> str | None:
+  """Why the RL micro-batch cannot be split over the mesh's batch shards (every device
+  needs whole rows), as one line naming `config.rl.micro_batch_size`; None when it can.
+  Call it after `mesh_error` found the mesh valid."""
+  from seed_jax.parallel.rules import logical_to_spec  # pylint: disable=import-outside-toplevel
+  sizes = dict(zip(("data", "fsdp", "tensor"), spec.mesh.resolved_shape(num_devices)))
+  axes = logical_to_spec(("batch",), spec.mesh.rules)[0] or ()
+  axes = axes if isinstance(axes, tuple) else (axes,)
+  shards = 1
+  for axis in axes:
+    shards *= sizes[axis]
+  if spec.rl.micro_batch_size % shards:
+    return (f"config.rl.micro_batch_size: {spec.rl.micro_batch_size} rows do not split over "
+            f"the {shards} batch shards of mesh {sizes} (use a multiple of {shards})")
   return None
 
 

@@ -3,8 +3,12 @@
   python -m seed_jax.main --config=configs/alfworld.py:cpu [--workdir=runs/alfworld]
       [--config.rl.lambda_opd=0.0] [--config.algorithm=grpo] ...
 
-Re-running with the `--workdir` of a stopped run resumes it from its last checkpoint.
+Re-running with the `--workdir` of a stopped run resumes it from its last checkpoint. A
+SIGTERM (a preempted TPU VM) stops the run at the next safe point with its last completed
+iteration checkpointed, and the command exits 0. The workdir may be `gs://bucket/run`.
 A bad key or value fails in one line naming the key, before anything is loaded or compiled.
+`--dry_run` compiles every program for this process's devices, prints the memory plan and
+stops (`python -m seed_jax.plan` does the same for a TPU slice from any machine).
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ _WORKDIR = flags.DEFINE_string("workdir", None,
                                "<algorithm>-<time>, or config.workdir")
 _MULTIHOST = flags.DEFINE_bool("multihost", False,
                                "call jax.distributed.initialize() (TPU pods, see launch/)")
+_DRY_RUN = flags.DEFINE_bool("dry_run", False,
+                             "compile every program of the run for the devices this process "
+                             "sees, print the memory plan (seed_jax.plan) and stop; exit 1 "
+                             "if a program does not fit")
 flags.mark_flags_as_required(["config"])
 
 
@@ -54,12 +62,19 @@ def main(argv: Sequence[str]) -> None:
   except ConfigError as e:
     raise app.UsageError(str(e)) from None
   # The mesh against the devices (all hosts' with --multihost) before the model is loaded.
-  mesh_error = cli.mesh_error(spec.mesh, jax.device_count())
+  mesh_error = (cli.mesh_error(spec.mesh, jax.device_count())
+                or cli.batch_error(spec, jax.device_count()))
   if mesh_error:
     raise app.UsageError(mesh_error)
+  if _DRY_RUN.value:
+    from seed_jax import plan  # pylint: disable=import-outside-toplevel
+    plans, report = plan.run_plan(spec, plan.topology_target("local"))
+    print(report)
+    sys.exit(1 if plan.oversized(plans, plan.topology_target("local")) else 0)
   workdir = _WORKDIR.value or config.workdir or default_workdir(config)
   logging.info("workdir %s", workdir)
-  print(f"seed_jax: {config.algorithm} on {config.env.name}, workdir {workdir}")
+  from seed_jax.parallel import hosts  # pylint: disable=import-outside-toplevel
+  hosts.print0(f"seed_jax: {config.algorithm} on {config.env.name}, workdir {workdir}")
   from seed_jax.train.trainer import Trainer  # pylint: disable=import-outside-toplevel
   Trainer(spec, workdir).run()
 

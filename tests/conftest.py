@@ -9,6 +9,12 @@ XLA_FLAGS themselves.
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# libtpu (installed so that tests compile for TPU slices) stays quiet, as for the commands
+# (seed_jax.cli.NO_TPU_ENV), and lets several test processes describe TPU topologies at once.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+from seed_jax.cli import NO_TPU_ENV  # pylint: disable=wrong-import-position
+for _key, _value in NO_TPU_ENV.items():
+  os.environ.setdefault(_key, _value)
 
 import chex  # pylint: disable=wrong-import-position
 import pytest  # pylint: disable=wrong-import-position

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import signal
 import time
 import traceback
 from multiprocessing.connection import Connection, wait
@@ -39,6 +40,9 @@ def failed_info(task: Task, reason: str) -> dict[str, Any]:
 def _worker_main(conn: Connection, env_name: str, config: Any, with_expert: bool,
                  env_factory: Callable[[], Env] | None) -> None:
   """Worker loop: runs operation lists, replies once per operation, in order."""
+  # A VM being shut down sends SIGTERM to every process: the trainer decides when to stop
+  # (hosts.PreemptionGuard) and closes its workers; they must not die mid-episode first.
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
   if env_factory is None:
     from seed_jax.envs.registry import get_env_module  # pylint: disable=g-import-not-at-top
     module = get_env_module(env_name)

@@ -2,16 +2,17 @@
 
 Accepts the name of an embedded model ("smollm2-135m-instruct"), a local HF folder
 (config.json + safetensors + tokenizer files) or a `.gguf` file. Never uses the network.
+Model shapes (`seed_jax.models.shapes`) name architectures without weights: they have a
+config (`model_config`) but cannot be loaded.
 """
 
 from __future__ import annotations
-
-import os
 
 from jax.sharding import Mesh
 
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.embedded import EMBEDDED_MODELS, embedded_model_dir
+from seed_jax.models.shapes import MODEL_SHAPES, existing_model_path
 from seed_jax.models.tokenizer import Tokenizer, load_tokenizer, tokenizer_from_gguf
 from seed_jax.models.transformer import Transformer
 from seed_jax.models.weights import SafetensorsSource, load_params
@@ -25,11 +26,11 @@ def resolve_model_path(name_or_path: str) -> str:
   """An embedded model's converted folder, or the given path if it exists."""
   if name_or_path in EMBEDDED_MODELS:
     return embedded_model_dir(name_or_path)
-  path = os.path.expanduser(name_or_path)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"model {name_or_path!r} is neither an embedded model "
-                            f"({', '.join(EMBEDDED_MODELS)}) nor an existing path")
-  return path
+  if name_or_path in MODEL_SHAPES:
+    raise FileNotFoundError(
+        f"model {name_or_path!r} is a shape without weights (for seed_jax.plan and tests); "
+        f"point config.model.name at a local Hugging Face folder of its weights")
+  return existing_model_path(name_or_path)
 
 
 def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",

@@ -6,16 +6,23 @@ across hosts is environment stepping, the host-side work that grows with the bat
 `HostShardedPool` steps rows `i` with `i % num_hosts == host` locally and all-gathers the
 results, so every host continues with the full, identical batch. With one process all of
 this is the identity.
+
+What is shown to a person comes from the primary host only (`print0`, `progress`), and a
+SIGTERM is turned into a stop that every host agrees on (`PreemptionGuard`).
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
+import threading
 from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
+from tqdm.auto import tqdm
 
 from seed_jax.parallel.mesh import batch_sharding
 
@@ -23,6 +30,86 @@ from seed_jax.parallel.mesh import batch_sharding
 def is_primary() -> bool:
   """True on the host that writes files (metrics, exports, plots, summaries)."""
   return jax.process_index() == 0
+
+
+def print0(*args, **kwargs) -> None:
+  """`print` on the primary host only: every host runs the same program and would print
+  the same lines."""
+  if is_primary():
+    print(*args, **kwargs)
+
+
+def progress(iterable=None, **kwargs) -> tqdm:
+  """A tqdm progress bar drawn by the primary host only (every host still iterates)."""
+  disable = kwargs.pop("disable", False)
+  return tqdm(iterable, disable=disable or not is_primary(), **kwargs)
+
+
+def primary_label(label: str) -> str | None:
+  """`label` on the primary host, None on the others: for the progress bars that a None
+  label turns off (`seed_jax.agent.loop.run_episodes`'s `desc`)."""
+  return label if is_primary() else None
+
+
+def any_host(flag: bool) -> bool:
+  """True on every host if `flag` is true on any (a collective: every host must call it
+  at the same point of the program)."""
+  if jax.process_count() == 1:
+    return bool(flag)
+  flags = multihost_utils.process_allgather(np.asarray(bool(flag)))
+  return bool(np.any(flags))
+
+
+def _installable(handler) -> Any:
+  """A handler `signal.signal` accepts: None (one installed from C) becomes the default."""
+  return signal.SIG_DFL if handler is None else handler
+
+
+class PreemptionGuard:
+  """Turns SIGTERM (a preempted TPU VM, `kill PID`) into a request to stop at a safe point.
+
+  `with PreemptionGuard() as guard:` installs a handler that only records the signal, and
+  the program polls `guard.should_stop()` where stopping loses nothing it cannot redo.
+  With several hosts the answer is agreed (`any_host`): hosts receive the signal at
+  slightly different moments, and one host leaving while the others enter a collective
+  would hang them. A second signal is not held back: it does what it did before the guard
+  (by default, terminate). Outside the main thread, where Python cannot install signal
+  handlers, the guard installs nothing and never asks to stop.
+
+  Args:
+    signals: the signals turned into a stop request.
+    agree: `(local flag) -> agreed flag`, by default `any_host`.
+  """
+
+  def __init__(self, signals: Sequence[int] = (signal.SIGTERM,),
+               agree: Callable[[bool], bool] = any_host):
+    self.signals = tuple(signals)
+    self.received: int | None = None  # the first signal caught
+    self._agree = agree
+    self._previous: dict[int, Any] = {}
+
+  def _handle(self, signum: int, frame) -> None:  # pylint: disable=unused-argument
+    # Only a flag: the main thread may be anywhere (inside a logging lock, a save), so
+    # the stop itself happens at the next `should_stop()`.
+    if self.received is None:
+      self.received = signum
+      return
+    signal.signal(signum, _installable(self._previous.get(signum)))
+    os.kill(os.getpid(), signum)
+
+  def __enter__(self) -> "PreemptionGuard":
+    if threading.current_thread() is threading.main_thread():
+      self._previous = {s: signal.signal(s, self._handle) for s in self.signals}
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    for signum, previous in self._previous.items():
+      signal.signal(signum, _installable(previous))
+    self._previous = {}
+
+  def should_stop(self) -> bool:
+    """Whether to stop here (the same answer on every host)."""
+    return self._agree(self.received is not None)
 
 
 def fetch(tree: Any) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +33,8 @@ from seed_jax.sampling import engine, stops
 
 _MAX_EOS_IDS = 8  # eos ids are padded to this many (-1 never matches a token)
 _PREFILL_TOKENS = 1024  # prompt tokens per prefill chunk (rows = this // prompt bucket)
+_KNOBS = ("temperature", "top_p", "max_new", "eos_ids", "stop_table", "stop_match")
+_REPLICATED_INPUTS = frozenset(_KNOBS)  # the same for every row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +92,16 @@ class SampleOutput:
   prompt_index: list[int] = dataclasses.field(default_factory=list)
 
 
+@dataclasses.dataclass(frozen=True)
+class LoweredRequest:
+  """`Sampler.lower`'s result: the request's padded sizes (prompt_len, batch, cache_len,
+  max_new_bucket, decode_rows, ...), its lowered prefill, and `lower_decode(compiled
+  prefill)`, since the decode program takes the prefill's output shardings."""
+  shapes: dict[str, Any]
+  prefill: jax.stages.Lowered
+  lower_decode: Callable[[jax.stages.Compiled], jax.stages.Lowered]
+
+
 def _round_up(value: int, buckets: Sequence[int] | None, what: str) -> int:
   """The smallest bucket >= value (powers of two when buckets is None)."""
   if buckets is None:
@@ -127,7 +139,7 @@ class Sampler:
     self.cache_dtype = jnp.dtype(cache_dtype) if cache_dtype is not None else None
     self.params = None
     self.update_params(params)
-    self._stop_tables: dict[tuple[str, ...], tuple[jax.Array, int]] = {}
+    self._stop_tables: dict[tuple[str, ...], tuple[np.ndarray, int]] = {}
     self._token_texts: list[str] | None = None
     self._prefill = jax.jit(engine.prefill, static_argnums=(0,),
                             static_argnames=("cache_len", "max_new_bucket", "num_samples",
@@ -143,22 +155,24 @@ class Sampler:
     return cls(graphdef, params, model.cfg, **kwargs)
 
   def update_params(self, params: nnx.State) -> None:
-    """Uses `params` from now on; same shapes/dtypes/shardings means no recompile."""
-    if self.mesh is not None:
+    """Uses `params` from now on; same shapes/dtypes/shardings means no recompile.
+    Abstract params (`jax.ShapeDtypeStruct`s, for `lower`) are kept as they are."""
+    abstract = all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(params))
+    if self.mesh is not None and not abstract:
       params = shard_params(params, self.mesh)
     self.params = params
 
   # -- host helpers --------------------------------------------------------------------
 
-  def _eos_ids(self, sampling: SamplingParams) -> jax.Array:
+  def _eos_ids(self, sampling: SamplingParams) -> np.ndarray:
     ids = () if sampling.ignore_eos else tuple(
         getattr(self.tokenizer, "eos_ids", None) or self.cfg.eos_token_ids)
     ids = tuple(dict.fromkeys(ids + tuple(sampling.stop_token_ids)))
     if len(ids) > _MAX_EOS_IDS:
       raise ValueError(f"at most {_MAX_EOS_IDS} eos/stop token ids, got {len(ids)}")
-    return jnp.asarray(ids + (-1,) * (_MAX_EOS_IDS - len(ids)), jnp.int32)
+    return np.asarray(ids + (-1,) * (_MAX_EOS_IDS - len(ids)), np.int32)
 
-  def _stop_table(self, stop_strings: tuple[str, ...]) -> tuple[jax.Array, int]:
+  def _stop_table(self, stop_strings: tuple[str, ...]) -> tuple[np.ndarray, int]:
     if stop_strings and self.tokenizer is None:
       raise ValueError("stop_strings need a tokenizer; pass stop_token_ids instead")
     if stop_strings not in self._stop_tables:
@@ -168,15 +182,27 @@ class Sampler:
         table, match = stops.build_stop_table(stop_strings, self._token_texts)
       else:
         table, match = stops.no_stop_table(self.cfg.vocab_size)
-      self._stop_tables[stop_strings] = (self._put(table, replicate=True), match)
+      self._stop_tables[stop_strings] = (table, match)
     return self._stop_tables[stop_strings]
 
-  def _put(self, array, replicate: bool = False):
+  def _sharding(self, array, replicate: bool) -> jax.sharding.Sharding | None:
+    """Rows by the mesh's "batch" rule, unless replicated or not divisible."""
     if self.mesh is None:
-      return jnp.asarray(array)
+      return None
     if replicate or np.shape(array)[0] % self.mesh.batch_shards:
-      return hosts.put(array, self.mesh.replicated())
-    return hosts.put(array, self.mesh.batch_sharding(np.ndim(array)))
+      return self.mesh.replicated()
+    return self.mesh.batch_sharding(np.ndim(array))
+
+  def _replicated(self) -> jax.sharding.Sharding | None:
+    return None if self.mesh is None else self.mesh.replicated()
+
+  def _put(self, array, replicate: bool = False):
+    sharding = self._sharding(array, replicate)
+    return jnp.asarray(array) if sharding is None else hosts.put(array, sharding)
+
+  def _abstract(self, array, replicate: bool = False) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(np.shape(array), np.asarray(array).dtype,
+                                sharding=self._sharding(array, replicate))
 
   def _shapes(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> dict[str, int]:
     longest = max(len(p) for p in prompt_ids)
@@ -228,6 +254,46 @@ class Sampler:
     prompt_ids = [list(map(int, p)) for p in prompt_ids]
     if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
       raise ValueError("every prompt needs at least one token")
+    arrays, static = self._request(prompt_ids, sampling)
+    placed = {k: self._put(v, replicate=k in _REPLICATED_INPUTS) for k, v in arrays.items()}
+    with self._mesh_context():
+      state = self._prefill(self.graphdef, self.params,
+                            *self._prefill_args(placed, jax.random.key(seed)),
+                            **static["prefill"])
+      state = self._decode(self.graphdef, self.params, state, self._knobs(placed),
+                           **static["decode"])
+      fetched = hosts.fetch({k: state[k] for k in
+                             ("tokens", "logprobs", "lengths", "stop_reason")})
+    return self._assemble(fetched, len(prompt_ids) * sampling.num_samples, sampling)
+
+  def lower(self, num_prompts: int, prompt_len: int, sampling: SamplingParams
+            ) -> LoweredRequest:
+    """The programs of a request of `num_prompts` prompts of `prompt_len` tokens, lowered
+    without running (`seed_jax.plan` compiles them for a TPU slice). Parameters may be
+    abstract (`jax.ShapeDtypeStruct`s with shardings)."""
+    arrays, static = self._request([[0] * prompt_len] * num_prompts, sampling)
+    abstract = {k: self._abstract(v, replicate=k in _REPLICATED_INPUTS)
+                for k, v in arrays.items()}
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=self._replicated())
+    with self._mesh_context():
+      prefill = self._prefill.lower(self.graphdef, self.params,
+                                    *self._prefill_args(abstract, key), **static["prefill"])
+
+    def lower_decode(compiled_prefill: jax.stages.Compiled) -> jax.stages.Lowered:
+      state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                           prefill.out_info, compiled_prefill.output_shardings)
+      with self._mesh_context():
+        return self._decode.lower(self.graphdef, self.params, state, self._knobs(abstract),
+                                  **static["decode"])
+
+    shapes = dict(static["prefill"], prompt_len=static["decode"]["prompt_len"],
+                  batch=arrays["tokens"].shape[0])
+    return LoweredRequest(shapes, prefill, lower_decode)
+
+  def _request(self, prompt_ids: list[list[int]], sampling: SamplingParams
+               ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+    """The host arrays of one request (padded prompts and sampling knobs) and the static
+    arguments of its prefill and decode programs."""
     shapes = self._shapes(prompt_ids, sampling)
     p_len, batch = shapes["prompt_len"], shapes["batch"]
     pad_id = self.cfg.pad_token_id if self.cfg.pad_token_id is not None else 0
@@ -240,26 +306,28 @@ class Sampler:
       mask[i, p_len - len(prompt):] = True
       valid[i] = True
     mask[len(prompt_ids):, -1] = True  # padding prompts: one token, never attended empty
-
     stop_table, stop_match = self._stop_table(tuple(sampling.stop_strings))
-    knobs = dict(
-        temperature=jnp.float32(sampling.temperature), top_p=jnp.float32(sampling.top_p),
-        max_new=jnp.int32(min(sampling.max_new_tokens, shapes["max_new_bucket"])),
+    arrays = dict(
+        tokens=tokens, mask=mask, valid=valid,
+        temperature=np.float32(sampling.temperature), top_p=np.float32(sampling.top_p),
+        max_new=np.int32(min(sampling.max_new_tokens, shapes["max_new_bucket"])),
         eos_ids=self._eos_ids(sampling), stop_table=stop_table,
-        stop_match=jnp.int32(stop_match))
-    static = dict(top_k=sampling.top_k, use_top_p=sampling.top_p < 1.0)
-    with self._mesh_context():
-      state = self._prefill(
-          self.graphdef, self.params, self._put(tokens), self._put(mask), self._put(valid),
-          jax.random.key(seed), knobs, cache_len=shapes["cache_len"],
-          max_new_bucket=shapes["max_new_bucket"], num_samples=sampling.num_samples,
-          decode_rows=shapes["decode_rows"], prefill_rows=shapes["prefill_rows"],
-          cache_dtype=self.cache_dtype, **static)
-      state = self._decode(self.graphdef, self.params, state, knobs, prompt_len=p_len,
-                           **static)
-      fetched = hosts.fetch({k: state[k] for k in
-                             ("tokens", "logprobs", "lengths", "stop_reason")})
-    return self._assemble(fetched, len(prompt_ids) * sampling.num_samples, sampling)
+        stop_match=np.int32(stop_match))
+    filtering = dict(top_k=sampling.top_k, use_top_p=sampling.top_p < 1.0)
+    static = dict(
+        prefill=dict(cache_len=shapes["cache_len"], max_new_bucket=shapes["max_new_bucket"],
+                     num_samples=sampling.num_samples, decode_rows=shapes["decode_rows"],
+                     prefill_rows=shapes["prefill_rows"], cache_dtype=self.cache_dtype,
+                     **filtering),
+        decode=dict(prompt_len=p_len, **filtering))
+    return arrays, static
+
+  @staticmethod
+  def _knobs(arrays: dict[str, Any]) -> dict[str, Any]:
+    return {k: arrays[k] for k in _KNOBS}
+
+  def _prefill_args(self, arrays: dict[str, Any], key) -> tuple:
+    return arrays["tokens"], arrays["mask"], arrays["valid"], key, self._knobs(arrays)
 
   def _mesh_context(self):
     if self.mesh is None:

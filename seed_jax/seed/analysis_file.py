@@ -14,12 +14,16 @@ import json
 import os
 from typing import Any, Sequence
 
+from etils import epath
+
+from seed_jax import paths
 from seed_jax.seed.analyzer import AnalysisReport
 from seed_jax.seed.batch import Trajectory
 
 
-def analysis_path(workdir: str, iteration: int) -> str:
-  return os.path.join(workdir, "analysis", f"iter_{iteration}.jsonl")
+def analysis_path(workdir: paths.PathLike, iteration: int) -> epath.Path:
+  """`workdir/analysis/iter_{iteration}.jsonl` (workdir local or a URI such as gs://)."""
+  return paths.run_path(workdir) / "analysis" / f"iter_{iteration}.jsonl"
 
 
 def analysis_record(iteration: int, traj: Trajectory, report: AnalysisReport | None,
@@ -48,7 +52,7 @@ def analysis_record(iteration: int, traj: Trajectory, report: AnalysisReport | N
   }
 
 
-def write_analysis_file(workdir: str, iteration: int, trajs: Sequence[Trajectory],
+def write_analysis_file(workdir: paths.PathLike, iteration: int, trajs: Sequence[Trajectory],
                         reports: Sequence[AnalysisReport] | None = None,
                         gate_stats: Sequence[dict[str, float] | None] | None = None) -> str:
   """Writes `workdir/analysis/iter_{iteration}.jsonl` (one line per trajectory, in order)
@@ -57,12 +61,8 @@ def write_analysis_file(workdir: str, iteration: int, trajs: Sequence[Trajectory
     raise ValueError(f"{len(reports)} reports for {len(trajs)} trajectories")
   if gate_stats is not None and len(gate_stats) != len(trajs):
     raise ValueError(f"{len(gate_stats)} gate statistics for {len(trajs)} trajectories")
-  path = analysis_path(workdir, iteration)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + ".tmp", "w") as f:
-    for i, traj in enumerate(trajs):
-      record = analysis_record(iteration, traj, reports[i] if reports is not None else None,
-                               gate_stats[i] if gate_stats is not None else None)
-      f.write(json.dumps(record) + "\n")
-  os.replace(path + ".tmp", path)
-  return path
+  records = [analysis_record(iteration, traj, reports[i] if reports is not None else None,
+                             gate_stats[i] if gate_stats is not None else None)
+             for i, traj in enumerate(trajs)]
+  text = "".join(json.dumps(record) + "\n" for record in records)
+  return os.fspath(paths.write_text(analysis_path(workdir, iteration), text))

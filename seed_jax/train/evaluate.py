@@ -1,9 +1,20 @@
-"""Evaluation results: success per split and per task type, plus env-specific scores."""
+"""Evaluation: results per split (success per task type, env scores), and the evaluation of
+a saved checkpoint without training (verl's `val_only`; `python -m seed_jax.evaluate`).
+
+A checkpoint is evaluated by the trainer's own code: `Trainer.restore(step)` (parameters and
+the skill library, so Skill-GRPO acts with its library), `Trainer.evaluate(step)` (the eval
+splits, at the seed the run used at that iteration) and `Trainer.finish` (the summary the run
+writes). Its files go to `RUN/eval/step_N/`: config.json (the config evaluated with),
+metrics.jsonl (the `eval` record), summary.json and summary.txt; the run's own files are
+left alone.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import os
+from typing import Any, Sequence
 
+import ml_collections
 import numpy as np
 
 from seed_jax.envs.base import Task
@@ -25,3 +36,46 @@ def split_results(split: str, tasks: Sequence[Task], trajs: Sequence[Trajectory]
     values = [traj.info[key] for traj in trajs if key in traj.info]
     results[f"{split}/{key}"] = float(np.mean(values))
   return results
+
+
+def checkpoint_eval_config(config: ml_collections.ConfigDict,
+                           splits: Sequence[str] | None = None) -> ml_collections.ConfigDict:
+  """A copy of a run's `config` for evaluating one of its checkpoints (on `splits`, default
+  the run's `eval.splits`). The checkpoint's weights replace the model's, so `init_from` is
+  not read (its folder may be gone); the evaluation writes its summary only: no export
+  (`--export` says where), no curves, no TensorBoard."""
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.init_from = ""
+  config.checkpoint.export_hf = False
+  config.log.plots = config.log.tensorboard = False
+  if splits is not None:
+    config.eval.splits = tuple(splits)
+  return config
+
+
+def eval_folder(workdir: str, step: int) -> str:
+  """Where the evaluation of checkpoint `step` of the run in `workdir` writes its files."""
+  return os.path.join(workdir, "eval", f"step_{step}")
+
+
+def evaluate_checkpoint(spec, workdir: str, step: int, export: str | None = None
+                        ) -> dict[str, Any]:
+  """Evaluates checkpoint `step` of the run in `workdir` with `spec` (its config through
+  `checkpoint_eval_config`); with `export`, also writes that step as an HF folder there.
+
+  Returns:
+    The summary the run writes at its end (algorithm, env, iterations, training success so
+    far, the evaluation results), also printed and written to `eval_folder(workdir, step)`.
+  """
+  # Imported here: the trainer imports this module (split_results).
+  from seed_jax.train.trainer import Trainer  # pylint: disable=import-outside-toplevel
+  trainer = Trainer(spec, eval_folder(workdir, step),
+                    checkpoint_dir=os.path.join(workdir, "checkpoints"))
+  try:
+    trainer.restore(step)
+    results = trainer.evaluate(step)
+    if export:
+      trainer.export(export)
+    return trainer.finish(results)
+  finally:
+    trainer.close()

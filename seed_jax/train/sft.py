@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
-from tqdm.auto import tqdm
 
 from seed_jax.checks import (fraction, non_negative, non_negative_int, positive,
                              positive_int, require)
@@ -153,6 +152,15 @@ def iterate_batches(examples: Sequence[SFTExample], batch_size: int, epochs: int
           for start in range(0, len(order), batch_size)]
 
 
+def fine_tune_optim(spec: FineTuneSpec, num_steps: int) -> optim.OptimConfig:
+  """AdamW on a cosine schedule over `num_steps`, warming up for `warmup_fraction`."""
+  warmup = int(num_steps * spec.warmup_fraction)
+  return optim.OptimConfig(learning_rate=spec.learning_rate, schedule="cosine",
+                           warmup_steps=warmup, total_steps=max(num_steps, warmup + 1),
+                           b2=spec.b2, weight_decay=spec.weight_decay,
+                           grad_clip=spec.grad_clip)
+
+
 def fine_tune(graphdef, params, examples: Sequence[SFTExample],
               holdout: Sequence[SFTExample] = (), *, spec: FineTuneSpec, mesh: LogicalMesh,
               pad_id: int, seed: int, log: Callable[..., object], desc: str = "sft"):
@@ -163,11 +171,7 @@ def fine_tune(graphdef, params, examples: Sequence[SFTExample],
   """
   batch_size, max_tokens, chunk = spec.batch_size, spec.max_tokens, spec.chunk
   batches = iterate_batches(examples, batch_size, spec.epochs, seed)
-  warmup = int(len(batches) * spec.warmup_fraction)
-  optim_cfg = optim.OptimConfig(learning_rate=spec.learning_rate, schedule="cosine",
-                                warmup_steps=warmup, total_steps=max(len(batches), warmup + 1),
-                                b2=spec.b2, weight_decay=spec.weight_decay,
-                                grad_clip=spec.grad_clip)
+  optim_cfg = fine_tune_optim(spec, len(batches))
   shardings = train_state_shardings(params, mesh, optim_cfg)
   state = init_train_state(params, optim_cfg, shardings)
   step_fn = make_nll_step(graphdef, optim_cfg, mesh, shardings, chunk)
@@ -176,7 +180,7 @@ def fine_tune(graphdef, params, examples: Sequence[SFTExample],
   lengths = padded_lengths(list(examples) + list(holdout), max_len=max_tokens)
   pack = functools.partial(pack_examples, pad_id=pad_id, max_len=max_tokens, lengths=lengths,
                            rows_multiple=data_parallel * -(-batch_size // data_parallel))
-  for i, batch in enumerate(tqdm(batches, desc=desc, unit="step")):
+  for i, batch in enumerate(hosts.progress(batches, desc=desc, unit="step")):
     state, metrics = step_fn(state, hosts.put_rows(pack(batch), mesh))
     log(i, {k: float(v) for k, v in metrics.items()})
   if holdout:

@@ -159,6 +159,7 @@ class RunSpec:
   algorithm: Algorithm
   seed: int
   model: ModelSpec
+  init_from: str  # weights replacing the model's at the start ("": none); train/init_from.py
   mesh: MeshConfig
   env: EnvSpec
   rl: RLSpec
@@ -348,11 +349,25 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
       "export_hf": "checkpoint.export_hf", "tensorboard": "log.tensorboard",
       "plots": "log.plots"})
   return RunSpec(
-      algorithm=algorithm, seed=_get(config, "seed"), model=model, mesh=mesh, env=env, rl=rl,
+      algorithm=algorithm, seed=_get(config, "seed"), model=model,
+      init_from=_init_from(config), mesh=mesh, env=env, rl=rl,
       rollout=rollout, optim=optim, train_step=train_step, batch=batch, analyzer=analyzer,
       analyzer_max_prompt_tokens=analyzer_prompt,
       static_library=_get(config, "analyzer.static_library"), stage1=stage1, bc=bc,
       eval=evaluation, output=output, config_json=config.to_json_best_effort(indent=2))
+
+
+def _init_from(config) -> str:
+  """`config.init_from`, checked to hold weights now rather than after the model loads."""
+  path = _get(config, "init_from")
+  if path:
+    # Only when set: the weights' readers (orbax) stay out of a command's quick failures.
+    from seed_jax.train.init_from import find_weights  # pylint: disable=import-outside-toplevel
+    try:
+      find_weights(path)
+    except ValueError as e:
+      raise ConfigError(f"config.init_from: {e}") from None
+  return path
 
 
 def _positive_key(config, key: str) -> int:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from typing import Sequence
 
 import numpy as np
 
+from seed_jax import paths
 from seed_jax.envs.base import Task
 from seed_jax.seed.analyzer import AnalysisReport
 from seed_jax.seed.batch import Trajectory
@@ -109,39 +109,37 @@ def split_holdout(examples: list, fraction: float, seed: int) -> tuple[list, lis
   return [examples[i] for i in order[held:]], [examples[i] for i in order[:held]]
 
 
-def save_stage1(folder: str, records: Sequence[dict], library: dict[str, str]) -> None:
-  os.makedirs(folder, exist_ok=True)
-  tmp = os.path.join(folder, "annotations.jsonl.tmp")
-  with open(tmp, "w") as f:
-    for record in records:
-      f.write(json.dumps(record) + "\n")
-  os.replace(tmp, os.path.join(folder, "annotations.jsonl"))
-  with open(os.path.join(folder, "library.json"), "w") as f:
-    json.dump(library, f, indent=2)
+def save_stage1(folder: paths.PathLike, records: Sequence[dict], library: dict[str, str]
+                ) -> None:
+  """Writes `folder/library.json` and `folder/annotations.jsonl` (one record a line), the
+  annotations last: `load_stage1` takes them as the sign that stage 1 finished annotating."""
+  folder = paths.run_path(folder)
+  paths.write_text(folder / "library.json", json.dumps(library, indent=2))
+  paths.write_text(folder / "annotations.jsonl",
+                   "".join(json.dumps(record) + "\n" for record in records))
 
 
-def load_stage1(folder: str) -> tuple[list[dict], dict[str, str]] | None:
+def load_stage1(folder: paths.PathLike) -> tuple[list[dict], dict[str, str]] | None:
   """The saved annotations and library, or None if stage 1 never finished annotating (or
   annotated in an older format, without transcripts: then it annotates again)."""
-  path = os.path.join(folder, "annotations.jsonl")
-  if not os.path.exists(path):
+  folder = paths.run_path(folder)
+  path, library = folder / "annotations.jsonl", folder / "library.json"
+  if not path.exists() or not library.exists():
     return None
-  with open(path) as f:
-    records = [json.loads(line) for line in f if line.strip()]
+  records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
   if any("transcript" not in r for r in records):
     log.warning("%s holds annotations without transcripts (an older format); stage 1 "
                 "annotates again", path)
     return None
-  with open(os.path.join(folder, "library.json")) as f:
-    return records, json.load(f)
+  return records, json.loads(library.read_text())
 
 
-def load_library_file(path: str) -> dict[str, str]:
-  """A user-given skill library: JSON object task_type -> skill (or list of skills)."""
-  if not os.path.exists(path):
+def load_library_file(path: paths.PathLike) -> dict[str, str]:
+  """A user-given skill library (a local file or a URI such as gs://): JSON object
+  task_type -> skill (or list of skills)."""
+  if not paths.run_path(path).exists():
     raise FileNotFoundError(f"config.analyzer.static_library: {path} does not exist")
-  with open(path) as f:
-    data = json.load(f)
+  data = json.loads(paths.run_path(path).read_text())
   if not isinstance(data, dict) or not data:
     raise ValueError(f"config.analyzer.static_library: {path} must hold a non-empty JSON "
                      f"object task_type -> skill")

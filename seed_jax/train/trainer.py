@@ -4,6 +4,11 @@ One host-side class owns what lives on the host (env pools, sampler, checkpoints
 everything on device is a pure jitted function of the train state. Every source of
 randomness is derived from `(config.seed, iteration)`, and the task iterator's position is
 checkpointed, so a run resumed from its last checkpoint continues exactly where it stopped.
+
+The workdir may be a local folder or a URI such as `gs://bucket/run`: checkpoints go
+through orbax and every other file through `etils.epath` (`seed_jax.paths`). A SIGTERM
+(a preempted TPU VM) stops the run at the next safe point with its last completed
+iteration checkpointed, and `run()` returns normally (see `Trainer.run`).
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-from tqdm.auto import tqdm
 
 from seed_jax import metrics as metrics_lib
+from seed_jax import paths
 from seed_jax.checkpoint import Checkpointer
 from seed_jax.envs.pool import EnvPool
 from seed_jax.envs.registry import get_env_module
@@ -34,6 +39,7 @@ from seed_jax.seed.train_step import (init_train_state, make_score_fn, make_trai
 from seed_jax.train import stage1
 from seed_jax.train.evaluate import split_results
 from seed_jax.train.expert import collect_demonstrations
+from seed_jax.train.init_from import initial_params
 from seed_jax.models.tokenizer import chat_prompt_ids
 from seed_jax.train.rollout import play_episodes
 from seed_jax.train.sft import FineTuneSpec, fine_tune
@@ -43,26 +49,33 @@ from seed_jax.train.tasks import TaskIterator
 log = logging.getLogger(__name__)
 
 
+class Preempted(Exception):
+  """Raised at a safe point after a SIGTERM; `Trainer.run` turns it into a clean return."""
+
+
 class Trainer:
   """Runs `spec` (see `seed_jax.train.spec.build_run_spec`) in `workdir`, resuming from the
-  last checkpoint there if any."""
+  last checkpoint there if any. `checkpoint_dir` (default `workdir/checkpoints`) lets an
+  evaluation (seed_jax/train/evaluate.py) write into its own folder and restore a run's
+  checkpoints."""
 
-  def __init__(self, spec: RunSpec, workdir: str):
-    self.spec, self.workdir = spec, os.path.abspath(workdir)
+  def __init__(self, spec: RunSpec, workdir: str, checkpoint_dir: str | None = None):
+    self.spec, self.workdir = spec, paths.run_path(workdir)  # absolute; gs:// as given
     self.algorithm = spec.algorithm
     self.env = get_env_module(spec.env.name)
     self.env_config = spec.env.with_settings()
     self.fmt = self.env.make_agent_format(self.env_config)
-    os.makedirs(self.workdir, exist_ok=True)
+    self.workdir.mkdir(parents=True, exist_ok=True)
     if hosts.is_primary():
-      with open(os.path.join(self.workdir, "config.json"), "w") as f:
-        f.write(spec.config_json)
+      paths.write_text(self.workdir / "config.json", spec.config_json)
 
     self.mesh = make_mesh(spec.mesh)
     model, self.tokenizer = load_model(spec.model.name, dtype=spec.model.dtype,
                                        param_dtype=spec.model.param_dtype, mesh=self.mesh)
     self.model_cfg = model.cfg
     self.graphdef, params = nnx.split(model, nnx.Param)
+    if spec.init_from:  # another run's or an HF folder's weights, before anything uses them
+      params = initial_params(spec.init_from, params, model.cfg, self.mesh)
     check_sharded_enough(params, self.mesh)
     self.sampler = Sampler(self.graphdef, params, model.cfg, tokenizer=self.tokenizer,
                            mesh=self.mesh, max_cache_len=spec.max_cache_len)
@@ -73,7 +86,7 @@ class Trainer:
                                       self.state_shardings)
     self.score = make_score_fn(self.graphdef, spec.train_step.logprob_chunk, self.mesh)
 
-    self.checkpointer = Checkpointer(os.path.join(self.workdir, "checkpoints"),
+    self.checkpointer = Checkpointer(checkpoint_dir or self.workdir / "checkpoints",
                                      keep=spec.output.checkpoint_keep)
     self.metrics = metrics_lib.MetricsWriter(self.workdir, spec.output.tensorboard,
                                              enabled=hosts.is_primary())
@@ -83,6 +96,8 @@ class Trainer:
     self._pool: EnvPool | hosts.HostShardedPool | None = None
     self._plans: dict[str, list[str]] = {}
     self._tasks: dict[str, list] = {}
+    self._saved_iteration: int | None = None  # the iteration of the last checkpoint
+    self._guard: hosts.PreemptionGuard | None = None  # installed by run()
 
   # ------------------------------------------------------------------ setup helpers
 
@@ -118,13 +133,16 @@ class Trainer:
     return state
 
   def save(self) -> None:
+    """Checkpoints the last completed iteration (asynchronously) and flushes the metrics
+    (a no-op for a local workdir), so a resumed run finds both."""
     host = dict(self.host, library=self.library)
     self.checkpointer.save(self.host["iteration"], self._device_state(), host)
+    self._saved_iteration = self.host["iteration"]
+    self.metrics.flush()
 
-  def maybe_resume(self) -> bool:
-    step = self.checkpointer.latest_step()
-    if step is None:
-      return False
+  def restore(self, step: int) -> None:
+    """Loads checkpoint `step`: the train state (and reference), the host state and the
+    skill library (Skill-GRPO acts with it, in evaluation too)."""
     like = {"train": self.state}
     if self.spec.rl.kl:
       like["ref"] = self.state.params
@@ -132,38 +150,90 @@ class Trainer:
     self.state, self.ref_params = restored["train"], restored.get("ref")
     self.library = host.pop("library", {})
     self.host = host
-    self.metrics.truncate_after(self.host["iteration"])
     self._sync_sampler()
+
+  def maybe_resume(self) -> bool:
+    step = self.checkpointer.latest_step()
+    if step is None:
+      return False
+    self.restore(step)
+    self._saved_iteration = step
+    self.metrics.truncate_after(self.host["iteration"])
     log.info("resumed from %s at iteration %d", self.checkpointer.directory, step)
-    print(f"Resumed from checkpoint {step} in {self.checkpointer.directory}")
+    hosts.print0(f"Resumed from checkpoint {step} in {self.checkpointer.directory}")
     return True
+
+  # ------------------------------------------------------------------ preemption
+
+  def _should_stop(self) -> bool:
+    """Whether a SIGTERM asks to stop (agreed by all hosts: call at the same points)."""
+    return self._guard is not None and self._guard.should_stop()
+
+  def _stop_if_preempted(self) -> None:
+    """A safe point where everything since the last checkpoint may be thrown away: before
+    the first checkpoint (a restart redoes it all), or while the last checkpoint is the
+    start of the current iteration (a restart redoes the iteration, with the same seeds
+    and tasks). Elsewhere the iteration runs to its end, where `rl_iteration` saves it."""
+    restartable = self._saved_iteration in (None, self.host["iteration"])
+    if restartable and self._should_stop():
+      raise Preempted
+
+  def _preempted_summary(self) -> dict[str, Any]:
+    iteration = self._saved_iteration
+    where = (f"checkpoint {iteration} in {self.checkpointer.directory}"
+             if iteration is not None else "no checkpoint yet: the next start begins again")
+    hosts.print0(f"[preempted] SIGTERM: stopped at a safe point; {where}. The same command "
+                 "resumes.")
+    return {"algorithm": self.algorithm.name, "env": self.spec.env.name,
+            "iterations": iteration, "preempted": True}
 
   # ------------------------------------------------------------------ the program
 
   def run(self) -> dict[str, Any]:
-    """Runs (or resumes) the whole program and returns the final summary."""
+    """Runs (or resumes) the whole program and returns the final summary.
+
+    A SIGTERM (a preempted TPU VM) is held back until the next safe point, where the run
+    stops with its last completed RL iteration checkpointed and returns
+    `{"preempted": True, "iterations": <that iteration>, ...}` (the command exits 0); the
+    next start resumes from it. The checkpoint holds iteration boundaries only, so:
+    - mid-iteration (after the rollout, the analysis and every update mini-batch) the
+      iteration is abandoned when its start is checkpointed (`checkpoint.every=1`, the
+      default) and redone identically on resume; otherwise it runs to its end;
+    - at an iteration's end that iteration is saved (if not yet) and the run stops; a
+      periodic evaluation due there is skipped, the final evaluation is not started;
+    - before the iteration-0 checkpoint (warm start, stage 1) the run stops after the
+      phase in progress and the next start begins again (reusing saved stage-1
+      annotations).
+    The last save is committed before `run` returns, however it ends.
+    """
     try:
-      if not self.maybe_resume():
-        self.before_rl()
-      tasks = TaskIterator(self.tasks("train"), self.spec.seed, self.host["task_cursor"])
-      while self.host["iteration"] < self.spec.rl.iterations:
-        self.rl_iteration(tasks)
-      final_eval = self.evaluate(self.host["iteration"]) if self.spec.eval.at_end else {}
-      return self.finish(final_eval)
+      with hosts.PreemptionGuard() as self._guard:
+        if not self.maybe_resume():
+          self.before_rl()
+        tasks = TaskIterator(self.tasks("train"), self.spec.seed, self.host["task_cursor"])
+        while self.host["iteration"] < self.spec.rl.iterations:
+          self.rl_iteration(tasks)
+        if self._should_stop():
+          raise Preempted
+        final_eval = self.evaluate(self.host["iteration"]) if self.spec.eval.at_end else {}
+        return self.finish(final_eval)
+    except Preempted:
+      return self._preempted_summary()
     finally:
-      if self._pool is not None:
-        self._pool.close()
-      self.metrics.close()
+      self._guard = None
+      self.close()
 
   def before_rl(self) -> None:
     """Warm start and stage 1, then the reference and the iteration-0 checkpoint."""
     if self.spec.bc is not None and self.spec.bc.episodes > 0:
       self.behaviour_cloning()
+      self._stop_if_preempted()
     library_file = self.spec.static_library if self._uses_library else ""
     if library_file:  # the file takes precedence over the stage-1 library
       self.library = stage1.load_library_file(library_file)
     if self.algorithm.stage1_sft or (self._uses_library and not library_file):
       self.stage1(keep_library=not library_file)
+      self._stop_if_preempted()
     if self._uses_library and not self.library:
       raise ValueError("config.analyzer.static_library: the algorithm "
                        f"{self.algorithm.name!r} needs a skill library, and stage 1 "
@@ -183,7 +253,7 @@ class Trainer:
     """NLL fine-tuning of the current parameters (sft.fine_tune); the RL optimizer state
     starts afresh afterwards."""
     if not examples:
-      print(f"[{phase}] no examples: skipped")
+      hosts.print0(f"[{phase}] no examples: skipped")
       return
     params = fine_tune(
         self.graphdef, self.state.params, examples, holdout, spec=spec, mesh=self.mesh,
@@ -201,7 +271,7 @@ class Trainer:
       demos = collect_demonstrations(self.pool(), self.fmt, tasks,
                                      self.env_config.max_steps, self.spec.seed)
       examples = stage1.bc_examples(self.tokenizer, demos)
-      print(f"[bc] {sum(d.won for d in demos)}/{len(demos)} expert episodes won, "
+      hosts.print0(f"[bc] {sum(d.won for d in demos)}/{len(demos)} expert episodes won, "
             f"{len(examples)} examples")
       self._fine_tune(examples, self.spec.bc.fine_tune, phase="bc")
 
@@ -212,7 +282,7 @@ class Trainer:
       keep_library: take the library built from the annotations (False when the
         `analyzer.static_library` file gives it).
     """
-    spec, folder = self.spec.stage1, os.path.join(self.workdir, "stage1")
+    spec, folder = self.spec.stage1, self.workdir / "stage1"
     saved = stage1.load_stage1(folder)
     if saved is None:
       tasks = stage1.tasks_per_type(self.tasks("train"), spec.tasks_per_type)
@@ -222,7 +292,7 @@ class Trainer:
         trajs, stats = play_episodes(
             self.sampler, self.tokenizer, pool, self.env.make_agent_format(settings), tasks,
             spec.rollouts_per_task, spec.rollout, seed=self.spec.seed, group_prefix="sft:",
-            desc="stage1 rollout")
+            desc=hosts.primary_label("stage1 rollout"))
       with self.timer("stage1_analysis"):
         reports, astats = self._analyzer(spec.annotator, trajs).analyze(trajs,
                                                                          seed=self.spec.seed)
@@ -235,7 +305,7 @@ class Trainer:
     records, library = saved
     if keep_library:
       self.library = library
-    print(f"[stage1] {len(records)} well-formed annotations; library for "
+    hosts.print0(f"[stage1] {len(records)} well-formed annotations; library for "
           f"{sorted(self.library)}")
     if self.algorithm.stage1_sft:
       examples = stage1.sft_examples(self.tokenizer, records,
@@ -321,12 +391,14 @@ class Trainer:
       trajs, stats = play_episodes(
           self.sampler, self.tokenizer, self.pool(), self.fmt, batch_tasks,
           spec.rl.group_size, spec.rollout, seed=seed, group_prefix=f"{it}:",
-          acting_skills=self._acting_skills, desc=f"iter {it + 1} rollout")
+          acting_skills=self._acting_skills, desc=hosts.primary_label(f"iter {it + 1} rollout"))
+    self._stop_if_preempted()
     reports = None
     if spec.rl.opd:
       with self.timer("analysis"):
         astats, reports = self.attach_skills(trajs)
         stats.update(astats)
+      self._stop_if_preempted()
     with self.timer("update"):
       ustats, gates = self.update(trajs)
       stats.update(ustats)
@@ -338,9 +410,12 @@ class Trainer:
     stats.update({f"time_{k}_s": v for k, v in self.timer.seconds.items()})
     self.metrics.write(it + 1, "train", stats)
     skills = f" skills {stats['skill_parse_rate']:.2f}" if spec.rl.opd else ""
-    print(f"[iter {it + 1}/{spec.rl.iterations}] success {stats['success']:.3f} "
+    hosts.print0(f"[iter {it + 1}/{spec.rl.iterations}] success {stats['success']:.3f} "
           f"return {stats['mean_return']:.2f} invalid {stats['invalid_action_rate']:.2f} "
           f"loss {stats.get('loss', float('nan')):.4f}{skills}")
+    if self._should_stop():  # the iteration is complete: keep it and stop
+      self.save()
+      raise Preempted
     every, last = spec.eval.every, it + 1 == spec.rl.iterations
     if every and (it + 1) % every == 0 and not last:
       self.evaluate(it + 1)
@@ -371,11 +446,13 @@ class Trainer:
     sums: dict[str, list[float]] = {}
     size = spec.rl.mini_batch_size
     rows = batch["advantages"].shape[0]
-    for start in tqdm(range(0, rows, size), desc="update", unit="mini-batch", leave=False):
+    for start in hosts.progress(range(0, rows, size), desc="update", unit="mini-batch",
+                                leave=False):
       mini = {k: v[start:start + size] for k, v in batch.items()}
       self.state, m = self.train_step(self.state, hosts.put_rows(mini, self.mesh))
       for k, v in hosts.fetch(m).items():
         sums.setdefault(k, []).append(np.asarray(v))
+      self._stop_if_preempted()
     out = {k: (np.mean(v, axis=0).tolist() if np.ndim(v[0]) else float(np.mean(v)))
            for k, v in sums.items()}
     out.update({f"batch_{k}": v for k, v in bstats.items()})
@@ -407,17 +484,25 @@ class Trainer:
         trajs, stats = play_episodes(self.sampler, self.tokenizer, self.pool(), self.fmt,
                                      tasks, 1, spec.rollout, seed=10_007 + step,
                                      group_prefix=f"eval-{split}:",
-                                     acting_skills=self._acting_skills, desc=f"eval {split}")
+                                     acting_skills=self._acting_skills,
+                                     desc=hosts.primary_label(f"eval {split}"))
       results.update(split_results(split, tasks, trajs, stats))
     self.metrics.write(step, "eval", results)
-    print(metrics_lib.format_table(sorted(results.items()), f"evaluation at iteration {step}"))
+    hosts.print0(metrics_lib.format_table(sorted(results.items()),
+                                          f"evaluation at iteration {step}"))
     return results
+
+  def export(self, folder: paths.PathLike) -> str:
+    """Writes the current parameters and the tokenizer as a Hugging Face folder (local,
+    or written locally and copied up to a gs:// folder)."""
+    with paths.local_folder(folder) as local:
+      export_hf(nnx.merge(self.graphdef, self.state.params), local, self.tokenizer)
+    return os.fspath(paths.run_path(folder))
 
   def finish(self, final_eval: dict[str, float]) -> dict[str, Any]:
     """Export, plots and the summary table."""
     if self.spec.output.export_hf:
-      model = nnx.merge(self.graphdef, self.state.params)
-      export_hf(model, os.path.join(self.workdir, "export"), self.tokenizer)
+      self.export(self.workdir / "export")
     summary = {"algorithm": self.algorithm.name, "env": self.spec.env.name,
                "iterations": self.host["iteration"]}
     train = self.host.get("train_success", [])
@@ -433,5 +518,13 @@ class Trainer:
                     "opd_loss", "kl", "entropy", "gate_mean", "grad_norm",
                     "skill_parse_rate", "time_rollout_s"],
           "eval": sorted(final_eval)})
-    print(metrics_lib.write_summary(self.workdir, summary))
+    hosts.print0(metrics_lib.write_summary(self.workdir, summary))
     return summary
+
+  def close(self) -> None:
+    """Stops the env workers, waits for the pending checkpoint save and closes the
+    metrics (run() does it when it ends)."""
+    if self._pool is not None:
+      self._pool.close()
+    self.checkpointer.wait()
+    self.metrics.close()

@@ -144,3 +144,15 @@ def test_a_crash_during_reset_fails_only_that_episode(pool):
   assert [o for o, _ in first[:2]] == ["a seed=0 actions=", "b seed=0 actions="]
   results = pool.step(["go", "go", None, "go"])
   assert results[2] is None and results[0].observation == "a seed=0 actions=go"
+
+
+def test_workers_outlive_a_sigterm_sent_to_every_process():
+  """A VM shutting down signals every process; the trainer, not the env, decides to stop."""
+  import signal
+  with make_pool(num_workers=1) as pool:
+    pool.reset([make_task("a")], seeds=[0])
+    for worker in pool._workers:  # pylint: disable=protected-access
+      os.kill(worker.process.pid, signal.SIGTERM)
+    time.sleep(0.2)
+    [result] = pool.step(["go"])
+    assert result.observation == "a seed=0 actions=go" and pool.restarts == 0

@@ -72,3 +72,11 @@ def test_bfloat16_attention_gradients_stay_close_to_float32():
     scale = float(jnp.max(jnp.abs(w)))
     np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w), atol=0.03 * scale,
                                err_msg=name)
+
+
+@pytest.mark.parametrize("t,block", [(16, 64), (768, 64), (2048, 64), (2560, 128),
+                                     (16896, 576)])
+def test_long_sequences_use_at_most_32_query_blocks(t, block):
+  from seed_jax.models.attention import query_block
+  assert query_block(t) == block
+  assert -(-t // query_block(t)) <= 32

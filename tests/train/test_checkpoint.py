@@ -10,6 +10,7 @@ import textwrap
 import chex
 import jax
 import jax.numpy as jnp
+import pytest
 from flax import nnx
 
 from seed_jax.checkpoint import Checkpointer
@@ -50,6 +51,7 @@ def test_a_run_killed_during_save_resumes_from_the_previous_checkpoint(tmp_path)
       from seed_jax.checkpoint import Checkpointer
       ckpt = Checkpointer({directory!r}, keep=3)
       ckpt.save(1, {{"x": jnp.arange(1000.0)}}, {{"iteration": 1}})
+      ckpt.wait()  # saves are asynchronous: step 1 is committed only now
       async def die(*args, **kwargs):
         os._exit(17)  # SIGKILL-like: no cleanup, no finally blocks
       for cls in (atomicity.AtomicRenameTemporaryPath, atomicity.CommitFileTemporaryPath):
@@ -65,3 +67,40 @@ def test_a_run_killed_during_save_resumes_from_the_previous_checkpoint(tmp_path)
   restored, host = ckpt.restore(1, {"x": jnp.zeros(1000)})
   assert host == {"iteration": 1}
   chex.assert_trees_all_equal(restored, {"x": jnp.arange(1000.0)}, strict=True)
+
+
+def test_a_save_keeps_the_host_state_of_its_call_and_refuses_non_json_at_once(tmp_path):
+  ckpt = Checkpointer(str(tmp_path / "ckpt"), keep=2)
+  host = {"iteration": 1, "train_success": [0.5]}
+  ckpt.save(1, {"x": jnp.arange(4.0)}, host)
+  host["train_success"].append(1.0)  # the trainer goes on while the save is in flight
+  with pytest.raises(TypeError, match="JSON serializable"):
+    ckpt.save(2, {"x": jnp.arange(4.0)}, {"iteration": 2, "rng": object()})
+  assert ckpt.latest_step() == 1  # reading the directory waits for the pending save
+  _, restored = ckpt.restore(1, {"x": jnp.zeros(4)})
+  assert restored == {"iteration": 1, "train_success": [0.5]}
+  ckpt.close()
+  ckpt.close()  # a second close does nothing
+
+
+def test_a_program_that_ends_without_closing_still_commits_its_last_save(tmp_path):
+  """The child's last save is still in flight when its main thread ends; only the
+  checkpointer's exit hook waits for it (before Python stops the thread pools it needs)."""
+  directory = str(tmp_path / "ckpt")
+  child = textwrap.dedent(f"""
+      import sys
+      sys.path.insert(0, {REPO!r})
+      import jax.numpy as jnp
+      from seed_jax.checkpoint import Checkpointer
+      ckpt = Checkpointer({directory!r})
+      ckpt.save(1, {{"x": jnp.arange(1000.0)}}, {{"iteration": 1}})
+      ckpt.wait()
+      ckpt.save(2, {{"x": jnp.arange(1000.0) * 2}}, {{"iteration": 2}})
+  """)
+  result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert result.returncode == 0, result.stdout + result.stderr
+  ckpt = Checkpointer(directory)
+  assert ckpt.latest_step() == 2
+  restored, _ = ckpt.restore(2, {"x": jnp.zeros(1000)})
+  chex.assert_trees_all_equal(restored, {"x": jnp.arange(1000.0) * 2}, strict=True)

@@ -81,6 +81,7 @@ def test_a_run_killed_while_saving_resumes_from_the_previous_checkpoint(tiny_mod
       def save(self, step, *args):
         saves.append(step)
         if len(saves) == 2:  # the save after RL iteration 1: die before it commits
+          self.wait()  # (iteration 0's asynchronous save commits first)
           async def die(*a, **k):
             os._exit(17)
           for cls in (atomicity.AtomicRenameTemporaryPath, atomicity.CommitFileTemporaryPath):

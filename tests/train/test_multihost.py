@@ -45,3 +45,8 @@ def test_two_hosts_train_one_model_and_split_the_environments(tiny_model, tmp_pa
   assert all(h["stepped"] > 0 for h in hosts)
   assert hosts[0]["stepped"] + hosts[1]["stepped"] >= train[0]["steps"]
   assert os.path.exists(os.path.join(workdir, "export", "model.safetensors"))
+  # What a person reads comes from the primary host only: lines, tables, progress bars.
+  shown = ("[bc]", "[stage1]", "[iter 1/1]", "evaluation at iteration 1", "turn/s",
+           "mini-batch/s")
+  assert all(text in outputs[0] for text in shown), outputs[0][-4000:]
+  assert not any(text in outputs[1] for text in shown), outputs[1][-4000:]

@@ -82,6 +82,7 @@ def test_unknown_preset_lists_the_known_ones():
     ("checkpoint.keep", 0, "config.checkpoint.keep"),
     ("sft.max_tokens", 512, "config.sft.max_tokens: at least"),
     ("analyzer.retry_temperature", 0.0, "config.analyzer.retry_temperature"),
+    ("init_from", "/no/such/weights", "config.init_from: no such path"),
 ])
 def test_bad_values_name_the_key(key, value, match):
   config = _set(load("alfworld" if key.startswith("env.") else "sokoban", "cpu"), key, value)
@@ -150,6 +151,13 @@ def test_bad_values_name_the_key(key, value, match):
 def test_each_key_reaches_its_spec_field(key, value, field):
   config = _set(load("alfworld", "cpu"), key, value)
   assert _field(build_run_spec(config), field) == value
+
+
+def test_init_from_reaches_the_spec_when_it_holds_weights(tmp_path):
+  (tmp_path / "model.safetensors").write_text("")  # an HF folder, as far as the spec looks
+  config = _set(load("alfworld", "cpu"), "init_from", str(tmp_path))
+  assert build_run_spec(config).init_from == str(tmp_path)
+  assert build_run_spec(load("alfworld", "cpu")).init_from == ""  # the default: none
 
 
 def test_spec_defaults_are_the_paper_settings_of_the_components():

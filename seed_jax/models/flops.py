@@ -1,0 +1,42 @@
+"""Model FLOPs from a config's shape: the one count that `seed_jax.plan` and the benchmarks
+use for step-time estimates and for the fraction of peak (MFU).
+
+XLA's `cost_analysis` is no substitute: it counts the body of a `lax.scan` once, so a
+model whose layers are scanned reports a layer's FLOPs, not the model's.
+"""
+
+from __future__ import annotations
+
+from seed_jax.models.config import ModelConfig
+
+
+def matmul_params(cfg: ModelConfig) -> int:
+  """Weights of the layers' matmuls (embedding lookups and norms excluded)."""
+  d, heads, kv, hd, inter = (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                             cfg.intermediate_size)
+  per_layer = d * heads * hd * 2 + d * kv * hd * 2 + 3 * d * inter
+  return cfg.num_layers * per_layer
+
+
+def forward_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int,
+                  context: int | None = None) -> float:
+  """One forward pass of `rows` x `length` tokens, unembedding `unembedded` positions per
+  row (the LM head).
+
+  Attention counts QK^T and PV: over the causal half of the `[T, T]` scores, or, with
+  `context` (decoding), over `context` cached slots for each of the `length` tokens.
+  """
+  attn_width = cfg.num_layers * cfg.num_heads * cfg.head_dim
+  attention = (2 * attn_width * length * length if context is None
+               else 4 * attn_width * length * context)
+  return rows * (2 * matmul_params(cfg) * length + attention
+                 + 2 * cfg.hidden_size * cfg.vocab_size * unembedded)
+
+
+def training_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int
+                   ) -> tuple[float, float]:
+  """(model FLOPs, hardware FLOPs) of forward + backward (1 + 2 forwards). The hardware
+  count adds the layers' rematerialised forward (`models.transformer` scans its layers
+  under `jax.checkpoint`); MFU is quoted from the model count."""
+  forward = forward_flops(cfg, rows, length, unembedded)
+  return 3 * forward, 4 * forward

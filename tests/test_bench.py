@@ -1,0 +1,85 @@
+"""bench/run_all.py writes the benchmarks page (and reports a failing bench on it rather than
+stopping); bench/device_check.py's `--tiny` path runs on a CPU and prints its one line."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from bench import run_all
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+HEADINGS = ("# Benchmarks", "## Forward", "## Train step", "## Sampler", "## Environments",
+            "## One training iteration", "## TPU plans for the paper's models",
+            "## Device check: NVIDIA H200", "## Raw results")
+
+
+def _run_all(tmp_path, *args) -> str:
+  out = tmp_path / "benchmarks.md"
+  subprocess.run([sys.executable, "bench/run_all.py", "--quick", f"--out={out}",
+                  f"--device_check={tmp_path / 'none.json'}", *args],
+                 cwd=REPO, check=True, capture_output=True, text=True, timeout=300)
+  return out.read_text()
+
+
+def test_quick_forward_writes_the_page(tmp_path):
+  page = _run_all(tmp_path, "--only=forward")
+  for heading in HEADINGS:
+    assert f"\n{heading}\n" in f"\n{page}", heading
+  forward = page.split("## Forward", 1)[1].split("\n## ", 1)[0]
+  assert "matmul peak, measured in the same run" in forward
+  assert "| 1 x 16 |" in forward
+  command = page.split("```bash\n", 1)[1].split("\n", 1)[0]  # the regenerating command
+  assert "bench/run_all.py --quick" in command and "--only=forward" in command
+  assert "Quick mode" in page
+  assert "Not measured: no accelerator was lent" in page
+  assert '{"bench": "forward"' in page.split("## Raw results", 1)[1]
+
+
+def test_a_failing_bench_is_reported_not_raised(tmp_path):
+  page = _run_all(tmp_path, "--only=forward", "--extra=forward:--no_such_flag")
+  forward = page.split("## Forward", 1)[1].split("\n## ", 1)[0]
+  assert "**Failed**" in forward
+  assert "no_such_flag" in forward  # the error line, not absl's generic hint
+  assert "| forward | **failed** |" in page
+
+
+def test_plans_render_as_a_table(tmp_path):
+  plan = {"target": "v5p:2x2x1", "devices": 4, "hbm_per_device": 95 * run_all.GiB,
+          "fits": True, "programs": [
+              {"name": "train_step", "shapes": "16 x 2560", "total_bytes": 19 * run_all.GiB,
+               "tokens": 40960, "est_seconds": 0.5},
+              {"name": "decode_acting", "shapes": "64 x 512", "total_bytes": run_all.GiB,
+               "tokens": 32768, "est_seconds": None}]}
+  (tmp_path / "qwen2.5-7b-instruct.json").write_text(json.dumps(plan))
+  text = "\n".join(run_all.render_plans(str(tmp_path)))
+  assert "### qwen2.5-7b-instruct" in text
+  assert "| train_step | 16 x 2560 | 19.00 | 20 | 0.5 | 81,920 |" in text
+  assert "| decode_acting | 64 x 512 | 1.00 | 1 | - | - |" in text
+
+
+@pytest.mark.slow
+def test_device_check_tiny_runs_on_cpu_and_renders(tmp_path):
+  done = subprocess.run([sys.executable, "bench/device_check.py", "--tiny"], cwd=REPO,
+                        check=True, capture_output=True, text=True, timeout=300)
+  lines = [l for l in done.stdout.splitlines() if l.strip()]
+  assert len(lines) == 1
+  record = json.loads(lines[0])
+  assert {"date", "device", "jax", "model", "matmul", "train", "sampler",
+          "peak_memory_gib", "reference_peak_tflops"} <= set(record)
+  assert record["model"] == "qwen2.5-1.5b-instruct" and record["tiny"]
+  assert record["matmul"]["tflops"] > 0
+  train = record["train"]
+  assert {"tokens_per_s", "mfu", "fraction_of_measured_matmul", "step_s"} <= set(train)
+  assert train["loss_finite"]
+  assert set(record["sampler"]["batches"]) == {"2", "4"}
+  assert all(b["tok_s"] > 0 for b in record["sampler"]["batches"].values())
+  # The page shows it once it sits where run_all looks.
+  path = tmp_path / "device_check.json"
+  path.write_text(lines[0])
+  text = "\n".join(run_all.render_device_check(str(path)))
+  assert "train step tokens/s" in text and "sampler tokens/s, batch 4" in text

@@ -1,0 +1,129 @@
+"""Starting a new run from other weights (`config.init_from`): a checkpoint, named by its run
+folder, its checkpoints/ or one step's folder, or a Hugging Face folder. The parameters
+only (the optimizer starts afresh), and a workdir's own checkpoints still take precedence."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from flax import nnx
+
+from seed_jax.models import export_hf, load_model, random_model
+from seed_jax.train.init_from import CHECKPOINT, HF, Weights, find_weights
+from seed_jax.train.spec import ConfigError, build_run_spec
+from seed_jax.train.trainer import Trainer
+from tests.train.conftest import tiny_config, tiny_spec
+
+BARE = {"log.tensorboard": False, "rl.kl_coef": 0.0}  # no TensorBoard, no reference model
+
+
+def saved_params(workdir: str, step: int) -> list[np.ndarray]:
+  """The policy parameters of checkpoint `step` of the run in `workdir`, read raw from
+  disk (their leaves come in the order of a model's `nnx.Param` state)."""
+  state = ocp.PyTreeCheckpointer().restore(os.path.join(workdir, "checkpoints", str(step),
+                                                        "state"))
+  return [np.asarray(x) for x in jax.tree.leaves(state["train"]["params"])]
+
+
+def folder_params(folder: str) -> list[np.ndarray]:
+  """The parameters of a Hugging Face folder, loaded as a model."""
+  model, _ = load_model(folder)
+  return [np.asarray(x) for x in jax.tree.leaves(nnx.split(model, nnx.Param)[1])]
+
+
+def trainer_params(trainer: Trainer) -> list[np.ndarray]:
+  return [np.asarray(x) for x in jax.tree.leaves(trainer.state.params)]
+
+
+def same_params(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+  return len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y)
+                                  for x, y in zip(a, b))
+
+
+# ------------------------------------------------------------------ where the weights are
+
+
+def make_folders(root, *relative: str) -> None:
+  for path in relative:
+    os.makedirs(os.path.join(root, path))
+
+
+@pytest.mark.parametrize("given,found", [
+    ("run", "run/checkpoints/7"),              # a run folder: its latest checkpoint
+    ("run/checkpoints", "run/checkpoints/7"),  # its checkpoints/: the latest
+    ("run/checkpoints/3", "run/checkpoints/3"),  # one step's folder: that step
+])
+def test_a_checkpoint_is_named_by_its_run_its_checkpoints_or_one_step(tmp_path, given, found):
+  make_folders(tmp_path, "run/checkpoints/3/state", "run/checkpoints/7/state",
+               "run/checkpoints/9.orbax-checkpoint-tmp-1/state")  # a save never committed
+  assert find_weights(str(tmp_path / given)) == Weights(CHECKPOINT, str(tmp_path / found))
+
+
+@pytest.mark.parametrize("weights_file", ["model.safetensors", "model.safetensors.index.json"])
+def test_a_hugging_face_folder_is_named_by_its_folder(tmp_path, weights_file):
+  (tmp_path / weights_file).write_text("")
+  assert find_weights(str(tmp_path)) == Weights(HF, str(tmp_path))
+
+
+@pytest.mark.parametrize("folders,problem", [
+    (None, "no such path"),
+    ([], "holds no weights"),
+    (["checkpoints/5.orbax-checkpoint-tmp-1/state"], "holds no weights"),  # never committed
+])
+def test_a_path_without_weights_fails_at_spec_time_naming_the_key(tmp_path, folders, problem):
+  path = tmp_path / "weights"
+  if folders is not None:
+    path.mkdir()
+    make_folders(path, *folders)
+  config = tiny_config("any-model", "grpo")
+  with config.unlocked():
+    config.init_from = str(path)
+  with pytest.raises(ConfigError, match=f"^config.init_from: .*{problem}"):
+    build_run_spec(config)
+
+
+# ------------------------------------------------------------------ the run starts from them
+
+
+@pytest.fixture(scope="module")
+def other_weights(tiny_model, tmp_path_factory) -> tuple[str, str]:
+  """Weights unlike `tiny_model`'s (another random initialisation) as an HF folder, and as
+  checkpoint 0 of a run whose optimizer has taken 5 steps."""
+  root = tmp_path_factory.mktemp("other_weights")
+  model, tokenizer = load_model(tiny_model)
+  hf = export_hf(random_model(model.cfg, seed=1), root / "hf", tokenizer)
+  source = Trainer(tiny_spec(hf, "grpo", **BARE), str(root / "run"))
+  source.state = source.state.replace(step=jnp.asarray(5, jnp.int32))
+  source.save()
+  source.close()
+  assert not same_params(folder_params(hf), folder_params(tiny_model))  # tellable apart
+  return hf, str(root / "run")
+
+
+@pytest.mark.parametrize("kind", [CHECKPOINT, HF])
+def test_a_new_run_starts_from_the_given_weights_with_a_fresh_optimizer(
+    tiny_model, other_weights, tmp_path, kind):
+  hf, run = other_weights
+  trainer = Trainer(tiny_spec(tiny_model, "grpo", init_from=run if kind == CHECKPOINT else hf,
+                              **BARE), str(tmp_path))
+  expected = saved_params(run, 0) if kind == CHECKPOINT else folder_params(hf)
+  assert same_params(trainer_params(trainer), expected)
+  assert int(trainer.state.step) == 0  # the source's optimizer (5 steps) is not taken
+  trainer.close()
+
+
+def test_a_workdir_with_checkpoints_resumes_from_them_not_from_init_from(
+    tiny_model, other_weights, tmp_path):
+  hf, _ = other_weights
+  own = Trainer(tiny_spec(tiny_model, "grpo", **BARE), str(tmp_path))
+  own.save()  # checkpoint 0 holds tiny_model's weights
+  own.close()
+  resumed = Trainer(tiny_spec(tiny_model, "grpo", init_from=hf, **BARE), str(tmp_path))
+  assert resumed.maybe_resume()
+  assert same_params(trainer_params(resumed), folder_params(tiny_model))
+  resumed.close()

@@ -1,0 +1,159 @@
+"""`seed_jax.plan`: every program of a run compiles for a TPU slice from this CPU machine
+(libtpu's compiler, abstract parameters), with memory that follows the batch and a verdict
+that names the program that does not fit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from seed_jax import plan as plan_lib
+from seed_jax.models import flops
+from seed_jax.models.config import ModelConfig
+from tests.train.conftest import tiny_spec
+
+EVERY_PROGRAM = {"train_step", "score_teacher", "score_reference", "sft_step", "bc_step",
+                 "prefill_acting", "decode_acting", "prefill_analysis", "decode_analysis"}
+
+
+V5E_4 = {"mesh.data": 1, "mesh.fsdp": 4, "mesh.tensor": 1}  # tiny_config's mesh has 8
+
+
+def _names(plans):
+  return {p.name.split(" ")[0] for p in plans}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology,mesh", [("v5e:2x2", (1, 4, 1)), ("v5p:2x2x2", (2, 2, 2))])
+def test_every_program_compiles_for_a_tpu_slice(tiny_model, topology, mesh):
+  spec = tiny_spec(tiny_model, "seed", **{"mesh.data": mesh[0], "mesh.fsdp": mesh[1],
+                                         "mesh.tensor": mesh[2]})
+  target = plan_lib.topology_target(topology)
+  assert target.devices[0].platform == "tpu"
+  plans, report = plan_lib.run_plan(spec, target, log=lambda _: None)
+  assert _names(plans) == EVERY_PROGRAM
+  for p in plans:
+    assert p.argument_bytes > 0 and p.temp_bytes >= 0 and p.model_flops > 0, p
+    assert p.seconds(target) > 0
+  assert report.splitlines()[-1].startswith("fits: every program fits")
+  assert "train_step (precomputed)" in report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["joint", "separate"])
+def test_train_step_compiles_in_every_teacher_mode(tiny_model, mode):
+  spec = tiny_spec(tiny_model, "seed", **{"rl.teacher_mode": mode}, **V5E_4)
+  plans, _ = plan_lib.run_plan(spec, plan_lib.topology_target("v5e:2x2"),
+                               only=("train_step",), log=lambda _: None)
+  [step] = plans
+  assert step.name == f"train_step ({mode})"
+  # The teacher rows go through the model inside the step: one more forward's FLOPs.
+  precomputed = plan_lib.run_plan(tiny_spec(tiny_model, "seed", **V5E_4),
+                                  plan_lib.topology_target("v5e:2x2"), only=("train_step",),
+                                  log=lambda _: None)[0][0]
+  assert step.model_flops > precomputed.model_flops
+
+
+@pytest.mark.slow
+def test_memory_grows_with_the_batch(tiny_model):
+  target = plan_lib.topology_target("v5e:2x2")
+  small, large = (plan_lib.run_plan(
+      tiny_spec(tiny_model, "grpo", **{"rl.mini_batch_size": rows, "rl.micro_batch_size": rows},
+                **V5E_4),
+      target, only=("train_step",), log=lambda _: None)[0][0] for rows in (8, 64))
+  assert large.argument_bytes > small.argument_bytes  # the batch is an argument
+  assert large.temp_bytes > small.temp_bytes
+  assert large.model_flops == pytest.approx(8 * small.model_flops)
+
+
+@pytest.mark.slow
+def test_a_batch_that_cannot_fit_names_the_program_and_exits_1(tiny_model, tmp_path):
+  """256 rows x 16k tokens on v5e:2x2 (16 GiB a chip)."""
+  out = tmp_path / "plan.json"
+  result = subprocess.run(
+      [sys.executable, "-m", "seed_jax.plan", "--config=configs/sokoban.py:cpu",
+       f"--config.model.name={tiny_model}", "--topology=v5e-4", "--programs=train_step",
+       "--config.mesh.fsdp=4", "--config.rl.mini_batch_size=256",
+       "--config.rl.micro_batch_size=256", "--config.rollout.max_prompt_tokens=12288",
+       "--config.rollout.max_new_tokens=4096", f"--json={out}"],
+      capture_output=True, text=True, timeout=600)
+  assert result.returncode == 1, result.stderr[-2000:]
+  verdict = result.stdout.strip().splitlines()[-1]
+  assert verdict.startswith("does not fit: train_step (precomputed) needs")
+  assert "the device has 16.00 GiB" in verdict
+  saved = json.loads(out.read_text())
+  assert saved["fits"] is False and saved["programs"][0]["total_bytes"] > 16 * 2**30
+
+
+@pytest.mark.parametrize("name,problem", [
+    ("v9z:2x2", "not a TPU topology"),
+    ("v5p-7", "not a TPU topology"),
+    ("v5p:9x9x9", "not divisible"),
+])
+def test_unknown_topologies_are_named(name, problem):
+  with pytest.raises(plan_lib.PlanError, match=rf"--topology='{name}'.*{problem}"):
+    plan_lib.topology_target(name)
+
+
+def test_accelerator_types_count_chips_not_cores():
+  v5p_8 = plan_lib.topology_target("v5p-8")  # 8 TensorCores = 4 megacore chips
+  assert len(v5p_8.devices) == 4 and v5p_8.hbm_per_device == 95 * 2**30
+  v4_8 = plan_lib.topology_target("v4-8")  # libtpu lists v4's cores: 2 devices a chip
+  assert v4_8.hbm_per_device * len(v4_8.devices) == 4 * 32 * 2**30
+  assert len(plan_lib.topology_target("v5e-16").devices) == 16
+
+
+def test_model_flops_follow_six_n_d():
+  """A long way from the code's own count: 6 x parameters x tokens for the layers."""
+  cfg = ModelConfig.tiny(vocab_size=1000)
+  d, i, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers
+  q_and_o = 2 * d * cfg.num_heads * cfg.head_dim
+  k_and_v = 2 * d * cfg.num_kv_heads * cfg.head_dim
+  layer_weights = L * (q_and_o + k_and_v + 3 * d * i)
+  rows, length, unembedded = 3, 10, 4
+  attention = 2 * 2 * L * cfg.num_heads * cfg.head_dim * length * length / 2
+  expected = rows * (2 * layer_weights * length + attention + 2 * d * 1000 * unembedded)
+  assert flops.forward_flops(cfg, rows, length, unembedded) == pytest.approx(expected)
+
+
+def test_every_pod_preset_builds_a_run_spec_whose_mesh_fits_its_slice():
+  from configs import alfworld, pods
+  from seed_jax.train.spec import build_run_spec
+  for model, slice_ in pods.LAYOUTS:
+    spec = build_run_spec(alfworld.get_config(f"{model}@{slice_}"))
+    assert spec.model.name == model and spec.model.dtype == "bfloat16"
+    mesh = plan_lib.mesh_for(spec, plan_lib.topology_target(slice_))
+    assert spec.rl.micro_batch_size % mesh.batch_shards == 0, (model, slice_)
+
+
+def test_an_unknown_pod_preset_lists_the_known_ones():
+  from configs import alfworld
+  with pytest.raises(ValueError, match=r"unknown pod preset 'gpt-5@v5p-8'; known: .*"
+                                       r"qwen2.5-7b-instruct@v5p-8"):
+    alfworld.get_config("gpt-5@v5p-8")
+
+
+def test_a_micro_batch_smaller_than_the_batch_shards_names_its_key(tiny_model):
+  spec = tiny_spec(tiny_model, "grpo", **{"rl.micro_batch_size": 8, "rl.mini_batch_size": 16,
+                                         "mesh.data": 1, "mesh.fsdp": -1, "mesh.tensor": 1})
+  with pytest.raises(plan_lib.PlanError, match=r"config.rl.micro_batch_size: 8 rows do not "
+                                               r"split over the 16 batch shards"):
+    plan_lib.mesh_for(spec, plan_lib.topology_target("v5e-16"))
+
+
+@pytest.mark.slow
+def test_main_dry_run_plans_for_the_local_devices_and_stops(tiny_model, tmp_path):
+  result = subprocess.run(
+      [sys.executable, "-m", "seed_jax.main", "--config=configs/sokoban.py:cpu",
+       f"--config.model.name={tiny_model}", f"--workdir={tmp_path / 'run'}", "--dry_run",
+       "--config.algorithm=grpo", "--config.bc.episodes=0"],  # 3 programs are enough here
+      capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = result.stdout.strip().splitlines()
+  assert "target: local (8 x cpu)" in result.stdout
+  assert any(line.startswith("train_step (precomputed)") for line in lines)
+  assert lines[-1].startswith("fits: every program fits")
+  assert not (tmp_path / "run").exists()  # nothing ran
