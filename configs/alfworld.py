@@ -2,6 +2,8 @@
 
   python -m seed_jax.main --config=configs/alfworld.py          # paper settings
   python -m seed_jax.main --config=configs/alfworld.py:cpu      # a few minutes on 2 cores
+  python -m seed_jax.experiment --config=configs/alfworld.py:compare --out=runs/exp
+                                                     # SEED vs GRPO, 3 seeds, ~2 h on 2 cores
 """
 
 from configs import base
@@ -16,7 +18,7 @@ def get_config(preset: str = ""):
   c.rl.invalid_penalty = 0.1
   c.rl.mini_batch_size = 256
   c.rl.kl_coef = 0.01
-  return base.apply_preset(c, preset, cpu=_cpu)
+  return base.apply_preset(c, preset, cpu=_cpu, compare=_compare)
 
 
 def _cpu(c):
@@ -31,3 +33,20 @@ def _cpu(c):
   c.env.max_steps = 8
   c.env.history_length = 1
   c.bc.episodes = 6  # every training game
+
+
+def _compare(c):
+  """The algorithm comparison on 2 cores (seed_jax/experiment.py): the `:cpu` games and
+  model, with enough games and episodes for a success curve to move, held-out evaluation
+  on unseen floor plans, and one budget for every arm."""
+  _cpu(c)
+  c.env.num_games = {"train": 24, "valid_seen": 3, "valid_unseen": 24}
+  c.rollout.tasks_per_batch = 4  # 4 games x 4 episodes = 16 episodes an iteration
+  c.rollout.group_size = 4
+  c.rl.iterations = 8
+  c.bc.episodes = 12  # the warm start clones half of the training games
+  c.sft.tasks_per_type = 2  # stage 1: 2 games of each type x 2 rollouts, oracle-labelled
+  c.sft.rollouts_per_task = 2
+  c.eval.splits = ("valid_unseen",)
+  c.eval.max_episodes = 0  # all 24 games
+  c.eval.every = 4

@@ -61,6 +61,7 @@ def get_base_config() -> ml_collections.ConfigDict:
       temperature=0.0,          # greedy, as the public code
       max_retries=2,            # a malformed answer is asked again, sampled ...
       retry_temperature=0.7,    # ... at this temperature (greedy would repeat it)
+      decode_batch=0,           # prompts per policy-analyzer decode (0: all; bounds the KV cache)
       min_skill_words=5,
       openai=ml_collections.ConfigDict(dict(
           base_url="", model="", api_key_env="OPENAI_API_KEY", timeout_s=60.0,

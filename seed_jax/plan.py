@@ -55,7 +55,7 @@ from flax import nnx
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.flops import forward_flops, training_flops
 from seed_jax.models.transformer import Transformer
-from seed_jax.parallel.mesh import LogicalMesh, make_mesh, param_shardings
+from seed_jax.parallel.mesh import LogicalMesh, MeshConfig, make_mesh, param_shardings
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import optim
 from seed_jax.seed.train_step import (TrainState, make_score_fn, make_train_step,
@@ -260,9 +260,12 @@ class ProgramPlan:
   steps: int = 1  # decode: the loop's steps (the estimate is per program call)
   read_bytes_per_step: int = 0  # decode: weights and cache read every step
   compiler_error: str = ""  # the TPU compiler refused it: out of memory
+  compiler_used_bytes: int = 0  # what it said the program would use, when it said so
 
   @property
   def total_bytes(self) -> int:
+    if self.compiler_used_bytes:
+      return self.compiler_used_bytes + self.held_bytes
     return (self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
             + self.code_bytes + self.held_bytes)
 
@@ -279,9 +282,12 @@ class ProgramPlan:
 
 @dataclasses.dataclass(frozen=True)
 class OutOfMemory:
-  """The TPU compiler's refusal of a program that cannot fit (RESOURCE_EXHAUSTED)."""
+  """The TPU compiler's refusal of a program that cannot fit (RESOURCE_EXHAUSTED). Its
+  message gives either the temporaries it needed ("required for HLO temporaries (X)") or
+  the program's whole use ("Used X of Y hbm")."""
   message: str
-  temp_bytes: int  # the temporaries it asked for; 0 when the message does not say
+  temp_bytes: int = 0
+  used_bytes: int = 0
 
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -292,9 +298,13 @@ def _out_of_memory(error: Exception) -> OutOfMemory | None:
   if "RESOURCE_EXHAUSTED" not in text:
     return None
   line = next((l for l in text.splitlines() if "RESOURCE_EXHAUSTED" in l), text)
-  found = re.search(r"(?:temporaries|Used) \(?([\d.]+)([KMGT])", line)
-  temp = int(float(found.group(1)) * _UNITS[found.group(2)]) if found else 0
-  return OutOfMemory(line.split("RESOURCE_EXHAUSTED:", 1)[-1].strip(), temp)
+  message = line.split("RESOURCE_EXHAUSTED:", 1)[-1].strip()
+  size = lambda match: int(float(match.group(1)) * _UNITS[match.group(2)])
+  if found := re.search(r"temporaries \(([\d.]+)([KMGT])", line):
+    return OutOfMemory(message, temp_bytes=size(found))
+  if found := re.search(r"Used ([\d.]+)([KMGT])", line):
+    return OutOfMemory(message, used_bytes=size(found))
+  return OutOfMemory(message)
 
 
 def _compile(lowered) -> tuple[Any, float]:
@@ -319,7 +329,8 @@ def _program_plan(name: str, shapes: str, compiled, compile_s: float, *, inputs:
         name=name, shapes=shapes, argument_bytes=device_bytes(inputs), output_bytes=0,
         alias_bytes=0, temp_bytes=compiled.temp_bytes, code_bytes=0, held_bytes=held,
         model_flops=model_flops, hardware_flops=hardware_flops, xla_flops=None,
-        tokens=tokens, compile_s=compile_s, compiler_error=compiled.message, **extra)
+        tokens=tokens, compile_s=compile_s, compiler_error=compiled.message,
+        compiler_used_bytes=compiled.used_bytes, **extra)
   memory = compiled.memory_analysis()
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
@@ -353,7 +364,7 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
   """Lowers and compiles every program the run uses (or those named in `only`) for the
   devices of `mesh`, with abstract parameters."""
   graphdef, params = abstract_params(cfg, mesh)
-  state, _ = abstract_train_state(params, mesh, spec.optim)
+  state, state_shardings = abstract_train_state(params, mesh, spec.optim)
   param_bytes, state_bytes = device_bytes(params), device_bytes(state)
   ref_bytes = param_bytes if spec.rl.kl else 0
   wanted = lambda name: not only or name in only
@@ -373,8 +384,7 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
   resp = spec.batch.response_len
 
   def train_step():
-    step = make_train_step(graphdef, spec.optim, spec.train_step, mesh,
-                           train_state_shardings(params, mesh, spec.optim))
+    step = make_train_step(graphdef, spec.optim, spec.train_step, mesh, state_shardings)
     model, hardware = training_flops(cfg, rows, student_len, resp)
     if "teacher_tokens" in batch:  # joint / separate: a no-grad teacher forward
       teacher = forward_flops(cfg, rows, batch["teacher_tokens"].shape[1], resp)
@@ -402,8 +412,8 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
       return _program_plan(
           name, f"{rows} x {length}",
           *_compile(score.lower(params, tokens["tokens"], tokens["mask"], resp)),
-          inputs=(params, tokens), held=state_bytes - param_bytes + ref_bytes, model_flops=flops,
-          hardware_flops=flops, tokens=rows * length)
+          inputs=(params, tokens), held=state_bytes - param_bytes + ref_bytes,
+          model_flops=flops, hardware_flops=flops, tokens=rows * length)
 
     add(name, scoring)
 
@@ -422,11 +432,13 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
       sft_rows, length = sft_batch["tokens"].shape
       model, hardware = training_flops(cfg, sft_rows, length,
                                         sft_batch["target_mask"].shape[1])
-      # The RL state waits in memory while the SFT phase runs its own optimizer.
+      # The RL weights wait in memory (the sampler's) while the fine-tuning phase trains
+      # its own copy with its own optimizer; the RL moments are freed (Trainer._fine_tune).
       return _program_plan(name, _batch_shape_text(sft_batch, "tokens"),
                            *_compile(step.lower(sft_state, sft_batch)),
-                           inputs=(sft_state, sft_batch), held=state_bytes - param_bytes, model_flops=model,
-                           hardware_flops=hardware, tokens=sft_rows * length)
+                           inputs=(sft_state, sft_batch), held=param_bytes,
+                           model_flops=model, hardware_flops=hardware,
+                           tokens=sft_rows * length)
 
     add(name, sft_step)
 
@@ -434,7 +446,8 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
   requests = [("acting", spec.rl.tasks_per_batch * spec.rl.group_size,
                spec.rollout.max_prompt_tokens, spec.rollout.max_new_tokens)]
   if spec.rl.opd and spec.analyzer.backend == "policy":
-    requests.append(("analysis", spec.rl.tasks_per_batch * spec.rl.group_size,
+    transcripts = spec.rl.tasks_per_batch * spec.rl.group_size
+    requests.append(("analysis", min(spec.analyzer.decode_batch or transcripts, transcripts),
                      spec.analyzer_max_prompt_tokens, spec.analyzer.max_tokens))
   for request, prompts, prompt_len, new_tokens in requests:
     if not (wanted(f"prefill_{request}") or wanted(f"decode_{request}")):
@@ -450,7 +463,9 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
     decode_flops = steps * forward_flops(cfg, d_rows, 1, 1, context=cache_len)
     held = state_bytes - param_bytes + ref_bytes
     prefill, prefill_s = _compile(request_programs.prefill)
-    if wanted(f"prefill_{request}"):
+    # A prefill that does not fit is reported even when only its decode was asked for:
+    # the decode program takes the prefill's output and cannot be planned without it.
+    if wanted(f"prefill_{request}") or isinstance(prefill, OutOfMemory):
       record(_program_plan(
           f"prefill_{request}", f"{p_rows} x {p_len}", prefill, prefill_s, inputs=params,
           held=held, model_flops=prefill_flops, hardware_flops=prefill_flops,
@@ -573,9 +588,12 @@ def _param_count(cfg: ModelConfig) -> int:
   return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
-def plan_json(plans: Sequence[ProgramPlan], target: Target) -> dict[str, Any]:
+def plan_json(plans: Sequence[ProgramPlan], target: Target, spec: RunSpec | None = None
+              ) -> dict[str, Any]:
   """The plan as plain data (`--json`): one record per program, bytes per device."""
-  return {"target": target.name, "devices": len(target.devices),
+  run = {} if spec is None else {"model": spec.model.name, "mesh": dataclasses.asdict(
+      spec.mesh) | {"rules": None}, "micro_batch_size": spec.rl.micro_batch_size}
+  return {**run, "target": target.name, "devices": len(target.devices),
           "hbm_per_device": target.hbm_per_device,
           "fits": not oversized(plans, target) if target.hbm_per_device else None,
           "programs": [dict(dataclasses.asdict(p), total_bytes=p.total_bytes,
@@ -599,7 +617,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(str(e)) from None
   print(report)
   if _JSON.value:
-    epath.Path(_JSON.value).write_text(json.dumps(plan_json(plans, target), indent=1))
+    epath.Path(_JSON.value).write_text(json.dumps(plan_json(plans, target, spec), indent=1))
   if oversized(plans, target):
     sys.exit(1)
 

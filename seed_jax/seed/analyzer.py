@@ -59,6 +59,9 @@ class AnalyzerConfig:
     timeout_s, http_retries, retry_backoff_s: per request; retried on network errors,
       429 and 5xx with exponential back-off.
     concurrency: parallel requests (openai).
+    decode_batch: prompts per decoding request of the policy analyzer (0: all of an
+      iteration's at once). Bounds the analysis KV cache: 128 transcripts of 16k tokens of
+      a 7B model need 121 GiB of cache at once (`seed_jax.plan` shows it).
   """
   backend: str = "policy"
   max_retries: int = 2
@@ -73,10 +76,12 @@ class AnalyzerConfig:
   http_retries: int = 3
   retry_backoff_s: float = 1.0
   concurrency: int = 8
+  decode_batch: int = 0
 
   def __post_init__(self):
     require(self, "backend", one_of(BACKENDS), f"one of {BACKENDS}")
-    require(self, ("max_retries", "http_retries"), non_negative_int, "a non-negative integer")
+    require(self, ("max_retries", "http_retries", "decode_batch"), non_negative_int,
+            "a non-negative integer")
     require(self, ("min_skill_words", "max_tokens", "concurrency"), positive_int,
             "a positive integer")
     require(self, ("temperature", "retry_backoff_s"), non_negative, "a non-negative number")

@@ -260,7 +260,8 @@ def _analyzer(config, backend_key: str) -> AnalyzerConfig:
       "model": "analyzer.openai.model", "api_key_env": "analyzer.openai.api_key_env",
       "timeout_s": "analyzer.openai.timeout_s",
       "http_retries": "analyzer.openai.max_http_retries",
-      "temperature": "analyzer.temperature", "max_tokens": "analyzer.max_new_tokens"})
+      "temperature": "analyzer.temperature", "max_tokens": "analyzer.max_new_tokens",
+      "decode_batch": "analyzer.decode_batch"})
 
 
 def _rollout(config, *, max_turns: int, temperature_key: str, top_p_key: str | None

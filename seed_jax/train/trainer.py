@@ -255,8 +255,12 @@ class Trainer:
     if not examples:
       hosts.print0(f"[{phase}] no examples: skipped")
       return
+    params = self.state.params
+    # The RL moments start afresh afterwards anyway: free them for the fine-tuning phase's
+    # own optimizer (`seed_jax.plan` counts the RL weights alone as held during it).
+    self.state = None
     params = fine_tune(
-        self.graphdef, self.state.params, examples, holdout, spec=spec, mesh=self.mesh,
+        self.graphdef, params, examples, holdout, spec=spec, mesh=self.mesh,
         pad_id=self.tokenizer.pad_id, seed=self.spec.seed,
         log=lambda step, metrics, suffix="": self.metrics.write(step, phase + suffix, metrics),
         desc=phase)
@@ -340,10 +344,16 @@ class Trainer:
                        seed: int) -> list[str]:
     """The analyzer's decoding with theta_old. Prompts arrive fitted to
     `analyzer.max_prompt_tokens` by the analyzer's transcript builder (stage 1's format);
-    retries arrive with a sampling temperature and their own seed."""
-    out = self.sampler.generate(prompt_ids, SamplingParams(
-        max_new_tokens=self.spec.analyzer.max_tokens, temperature=temperature), seed=seed)
-    return out.texts
+    retries arrive with a sampling temperature and their own seed. At most
+    `analyzer.decode_batch` prompts are decoded at a time (the KV cache's bound)."""
+    sampling = SamplingParams(max_new_tokens=self.spec.analyzer.max_tokens,
+                              temperature=temperature)
+    size = self.spec.analyzer.decode_batch or len(prompt_ids)
+    texts: list[str] = []
+    for part, start in enumerate(range(0, len(prompt_ids), size)):
+      texts += self.sampler.generate(prompt_ids[start:start + size], sampling,
+                                     seed=seed + part).texts
+    return texts
 
   def attach_skills(self, trajs) -> tuple[dict[str, float], list | None]:
     """Sets each trajectory's skill (on-policy analysis or the library) and the teacher

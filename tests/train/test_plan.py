@@ -134,6 +134,9 @@ def test_an_unknown_pod_preset_lists_the_known_ones():
   with pytest.raises(ValueError, match=r"unknown pod preset 'gpt-5@v5p-8'; known: .*"
                                        r"qwen2.5-7b-instruct@v5p-8"):
     alfworld.get_config("gpt-5@v5p-8")
+  with pytest.raises(ValueError, match=r"'qwen2.5-7b-instruct@v4-8': the model does not fit "
+                                       r"the devices of v4-8"):
+    alfworld.get_config("qwen2.5-7b-instruct@v4-8")
 
 
 def test_a_micro_batch_smaller_than_the_batch_shards_names_its_key(tiny_model):
@@ -157,3 +160,38 @@ def test_main_dry_run_plans_for_the_local_devices_and_stops(tiny_model, tmp_path
   assert any(line.startswith("train_step (precomputed)") for line in lines)
   assert lines[-1].startswith("fits: every program fits")
   assert not (tmp_path / "run").exists()  # nothing ran
+
+
+@pytest.mark.slow
+def test_pod_presets_leave_out_the_slices_the_state_alone_would_half_fill():
+  """Weights + AdamW moments + reference weights over more than half a device's HBM leave
+  too little for activations: exactly those pairs are screened out without compiling."""
+  from configs import alfworld, pods
+  from seed_jax.models.shapes import model_config
+  from seed_jax.train.spec import build_run_spec
+  optim_spec = build_run_spec(alfworld.get_config()).optim
+  for model in pods.MODELS:
+    cfg = model_config(model, dtype="bfloat16", param_dtype="float32")
+    for slice_ in pods.SLICES:
+      target = plan_lib.topology_target(slice_)
+      mesh = plan_lib.make_mesh(plan_lib.MeshConfig(fsdp=-1), devices=list(target.devices))
+      _, params = plan_lib.abstract_params(cfg, mesh)
+      state, _ = plan_lib.abstract_train_state(params, mesh, optim_spec)
+      resident = plan_lib.device_bytes(state) + plan_lib.device_bytes(params)
+      assert ((model, slice_) in pods.STATE_TOO_BIG) == (
+          resident > target.hbm_per_device / 2), (model, slice_, resident / 2**30)
+
+
+@pytest.mark.parametrize("message,temp,used", [
+    ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+     "temporaries (139.34G) exceeds available HBM (15.75G).", 139.34 * 2**30, 0),
+    ("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: XLA:TPU compile permanent error. Ran out "
+     "of memory in memory space hbm. Used 15.77G of 15.75G hbm. Exceeded hbm capacity by "
+     "21.27M.", 0, 15.77 * 2**30),
+])
+def test_the_compilers_out_of_memory_figures_are_read_as_what_they_count(message, temp, used):
+  """'temporaries (X)' counts temporaries alone; 'Used X of Y' the whole program."""
+  oom = plan_lib._out_of_memory(RuntimeError(message))  # pylint: disable=protected-access
+  assert oom.temp_bytes == int(temp) and oom.used_bytes == int(used)
+  assert oom.message.startswith(("Ran out", "E1000"))
+  assert plan_lib._out_of_memory(RuntimeError("INVALID_ARGUMENT: bad")) is None

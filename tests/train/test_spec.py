@@ -55,7 +55,7 @@ def test_paper_defaults():
 
 
 def test_unknown_preset_lists_the_known_ones():
-  with pytest.raises(ValueError, match="unknown config preset 'tpu'; known: cpu"):
+  with pytest.raises(ValueError, match="unknown config preset 'tpu'; known: compare, cpu"):
     load("alfworld", "tpu")
 
 
@@ -82,6 +82,7 @@ def test_unknown_preset_lists_the_known_ones():
     ("checkpoint.keep", 0, "config.checkpoint.keep"),
     ("sft.max_tokens", 512, "config.sft.max_tokens: at least"),
     ("analyzer.retry_temperature", 0.0, "config.analyzer.retry_temperature"),
+    ("analyzer.decode_batch", -1, "config.analyzer.decode_batch"),
     ("init_from", "/no/such/weights", "config.init_from: no such path"),
 ])
 def test_bad_values_name_the_key(key, value, match):
@@ -127,6 +128,7 @@ def test_bad_values_name_the_key(key, value, match):
     ("analyzer.temperature", 0.3, "analyzer.temperature"),
     ("analyzer.max_retries", 0, "analyzer.max_retries"),
     ("analyzer.retry_temperature", 0.5, "analyzer.retry_temperature"),
+    ("analyzer.decode_batch", 32, "analyzer.decode_batch"),
     ("analyzer.max_prompt_tokens", 900, "analyzer_max_prompt_tokens"),
     ("analyzer.static_library", "lib.json", "static_library"),
     ("sft.tasks_per_type", 3, "stage1.tasks_per_type"),

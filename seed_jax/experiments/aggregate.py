@@ -1,0 +1,265 @@
+"""An experiment's results from its runs' files: a markdown page and PNG curves.
+
+Per run (`<out>/<arm>/seed<k>`) it reads what the trainer writes: `metrics.jsonl` (phase
+`train`: success, OPD gate, ...; phase `eval`: held-out success per split),
+`summary.json` (the final evaluation) and `analysis/iter_N.jsonl` (each trajectory's skill,
+seed_jax/seed/analysis_file.py). Across seeds each figure is a mean and a sample standard
+deviation (n - 1; with one seed only the mean is meaningful and the std shows as 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import io
+import json
+import math
+import os
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from seed_jax.metrics import read_metrics
+
+HELD_OUT = "valid_unseen"  # unseen floor plans: the comparison's held-out split
+
+# Words of ALFWorld task sentences ("clean some apple and put it in fridge", "look at bowl
+# under the desklamp") that are not objects: what is left names the task's objects.
+_NOT_OBJECTS = frozenset(
+    "a an the some it them and then in on into under with at to of from put place look "
+    "examine clean heat cool hot cold two find take use using turn your task is".split())
+
+
+@dataclasses.dataclass
+class RunResults:
+  """One run's figures. Steps are RL iterations (1 = after the first update)."""
+  arm: str
+  seed: int
+  train: dict[int, dict[str, Any]]   # step -> the `train` record
+  evals: dict[int, dict[str, Any]]   # step -> the `eval` record
+  skills: dict[int, dict[str, float]]  # step -> skill_quality() of its analysis file
+  summary: dict[str, Any] | None
+
+
+# ------------------------------------------------------------------ reading
+
+
+def task_objects(task: str) -> list[str]:
+  """The object words of a task sentence, in order, without repeats."""
+  words = re.findall(r"[a-z]+", task.lower())
+  return list(dict.fromkeys(w for w in words if w not in _NOT_OBJECTS))
+
+
+def names_objects(skill: str, task: str) -> bool:
+  """Whether `skill` names every object of `task` (a plural counts: "mugs" names mug)."""
+  text = skill.lower()
+  objects = task_objects(task)
+  return bool(objects) and all(re.search(rf"\b{re.escape(o)}(e?s)?\b", text) for o in objects)
+
+
+def skill_quality(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+  """Over one iteration's analysis records: the share of trajectories with a skill
+  (`parse_rate`), the mean words of those skills, and the share of them that name all of
+  their task's objects (`names_objects`: a skill about the task, not a generic one)."""
+  skills = [(r["skill"], r.get("task", "")) for r in records if r.get("skill")]
+  return {
+      "parse_rate": len(skills) / len(records) if records else 0.0,
+      "skill_words": float(np.mean([len(s.split()) for s, _ in skills])) if skills else 0.0,
+      "names_objects": (float(np.mean([names_objects(s, t) for s, t in skills]))
+                        if skills else 0.0),
+  }
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def read_run(workdir: str, arm: str, seed: int) -> RunResults:
+  """A run's figures; a run that has not started or finished has fewer of them."""
+  records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+  by_phase: dict[str, dict[int, dict[str, Any]]] = {"train": {}, "eval": {}}
+  for record in records:
+    if record.get("phase") in by_phase:
+      by_phase[record["phase"]][record["step"]] = record
+  skills = {}
+  for path in glob.glob(os.path.join(workdir, "analysis", "iter_*.jsonl")):
+    step = int(re.search(r"iter_(\d+)\.jsonl$", path).group(1))
+    skills[step] = skill_quality(_read_jsonl(path))
+  summary = None
+  if os.path.exists(os.path.join(workdir, "summary.json")):
+    with open(os.path.join(workdir, "summary.json")) as f:
+      summary = json.load(f)
+  return RunResults(arm, seed, by_phase["train"], by_phase["eval"], skills, summary)
+
+
+def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int]
+                    ) -> dict[str, list[RunResults]]:
+  """arm -> its runs (one per seed) under `out`."""
+  return {arm: [read_run(os.path.join(out, arm, f"seed{seed}"), arm, seed) for seed in seeds]
+          for arm in arms}
+
+
+# ------------------------------------------------------------------ figures
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+  """Mean and sample standard deviation (0 for a single value)."""
+  values = np.asarray(values, np.float64)
+  return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def final_success(run: RunResults, split: str = HELD_OUT) -> float | None:
+  """The final evaluation's success on `split`: the summary's, else the last eval record's."""
+  key = f"{split}/success"
+  if run.summary is not None and key in run.summary:
+    return run.summary[key]
+  steps = [s for s, r in run.evals.items() if isinstance(r.get(key), (int, float))]
+  return run.evals[max(steps)][key] if steps else None
+
+
+def curve(runs: Sequence[RunResults], value: Callable[[RunResults, int], float | None],
+          steps: Callable[[RunResults], Sequence[int]]) -> dict[int, list[float]]:
+  """step -> the value of every run that has one at that step."""
+  points: dict[int, list[float]] = {}
+  for run in runs:
+    for step in steps(run):
+      v = value(run, step)
+      if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        points.setdefault(step, []).append(float(v))
+  return dict(sorted(points.items()))
+
+
+def train_curve(runs, key: str = "success") -> dict[int, list[float]]:
+  return curve(runs, lambda r, s: r.train[s].get(key), lambda r: r.train)
+
+
+def eval_curve(runs, split: str = HELD_OUT) -> dict[int, list[float]]:
+  return curve(runs, lambda r, s: r.evals[s].get(f"{split}/success"), lambda r: r.evals)
+
+
+def skill_curve(runs, key: str) -> dict[int, list[float]]:
+  return curve(runs, lambda r, s: r.skills[s][key], lambda r: r.skills)
+
+
+def _fmt(values: Sequence[float] | None) -> str:
+  if not values:
+    return "-"
+  mean, std = mean_std(values)
+  return f"{mean:.3f} ± {std:.3f}"
+
+
+# ------------------------------------------------------------------ the page
+
+
+# The curve PNGs: file -> panels of (title, arm runs -> step -> values across seeds).
+CURVES: dict[str, list[tuple[str, Callable]]] = {
+    "success.png": [("training rollouts: success", train_curve),
+                    (f"held-out ({HELD_OUT}): success", eval_curve)],
+    "opd_gate.png": [("OPD gate: mean over active tokens",
+                      lambda runs: train_curve(runs, "gate_mean")),
+                     ("OPD shift (teacher - student log-prob)",
+                      lambda runs: train_curve(runs, "delta_mean")),
+                     ("OPD-active tokens", lambda runs: train_curve(runs, "opd_tokens"))],
+    "skills.png": [("skills parsed (share of trajectories)",
+                    lambda runs: skill_curve(runs, "parse_rate")),
+                   ("skill length (words)", lambda runs: skill_curve(runs, "skill_words")),
+                   ("skills naming all the task's objects",
+                    lambda runs: skill_curve(runs, "names_objects"))],
+}
+
+
+def results_markdown(results: dict[str, list[RunResults]],
+                     descriptions: dict[str, str] | None = None,
+                     images: Sequence[str] = (), command: str = "") -> str:
+  """The results page: final held-out success per arm (mean ± std over seeds), the
+  training success per iteration, the last iteration's skill quality, and the curves."""
+  descriptions = descriptions or {}
+  arms = list(results)
+  lines = ["# Experiment results", ""]
+  if command:
+    lines += ["```bash", command, "```", ""]
+  lines += ["Mean ± sample standard deviation over seeds; `-`: no run has the figure yet.", "",
+           f"| arm | seeds finished | final {HELD_OUT} success | final valid_seen success "
+           "| training success, last iteration | what it is |",
+           "|---|---|---|---|---|---|"]
+  for arm in arms:
+    runs = results[arm]
+    finished = sum(r.summary is not None for r in runs)
+    held_out = [v for v in (final_success(r) for r in runs) if v is not None]
+    seen = [v for v in (final_success(r, "valid_seen") for r in runs) if v is not None]
+    last = [r.train[max(r.train)]["success"] for r in runs if r.train]
+    lines.append(f"| {arm} | {finished}/{len(runs)} | {_fmt(held_out)} | {_fmt(seen)} | "
+                 f"{_fmt(last)} | {descriptions.get(arm, '')} |")
+  curves = {arm: train_curve(results[arm]) for arm in arms}
+  steps = sorted({s for c in curves.values() for s in c})
+  lines += ["", "## Training success per iteration", "",
+            "| iteration | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
+  for step in steps:
+    lines.append(f"| {step} | " + " | ".join(_fmt(curves[a].get(step)) for a in arms) + " |")
+  skill_arms = [a for a in arms if any(r.skills for r in results[a])]
+  if skill_arms:
+    lines += ["", "## Skills and the OPD gate, last iteration", "",
+              "| arm | skills parsed | skill words | skills naming the task's objects "
+              "| OPD gate mean |", "|---|---|---|---|---|"]
+    for arm in skill_arms:
+      runs = [r for r in results[arm] if r.skills]
+      last = [r.skills[max(r.skills)] for r in runs]
+      gates = [r.train[max(r.train)].get("gate_mean") for r in runs if r.train]
+      lines.append(f"| {arm} | {_fmt([q['parse_rate'] for q in last])} | "
+                   f"{_fmt([q['skill_words'] for q in last])} | "
+                   f"{_fmt([q['names_objects'] for q in last])} | "
+                   f"{_fmt([g for g in gates if isinstance(g, (int, float))])} |")
+  if images:
+    lines += ["", "## Curves", "", "Lines: the mean over seeds; bands: ± one standard "
+              "deviation.", ""] + [f"![{name}]({name})" for name in images]
+  return "\n".join(lines) + "\n"
+
+
+def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]:
+  """Writes the CURVES PNGs into `out` (a panel without any data is left out, a file
+  without any panel is not written); returns the file names."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  written = []
+  for name, panels in CURVES.items():
+    data = [(title, {arm: fn(runs) for arm, runs in results.items()}) for title, fn in panels]
+    data = [(title, arms) for title, arms in data if any(arms.values())]
+    if not data:
+      continue
+    fig, axes = plt.subplots(1, len(data), figsize=(5 * len(data), 3.6), squeeze=False)
+    for ax, (title, arms) in zip(axes.flat, data):
+      for arm, points in arms.items():
+        if not points:
+          continue
+        steps = np.array(list(points))
+        stats = np.array([mean_std(v) for v in points.values()])
+        ax.plot(steps, stats[:, 0], marker="o", markersize=3, label=arm)
+        ax.fill_between(steps, stats[:, 0] - stats[:, 1], stats[:, 0] + stats[:, 1],
+                        alpha=0.2)
+      ax.set_title(title, fontsize=9)
+      ax.set_xlabel("iteration")
+      ax.grid(alpha=0.3)
+      ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
+    plt.close(fig)
+    with open(os.path.join(out, name), "wb") as f:
+      f.write(png.getvalue())
+    written.append(name)
+  return written
+
+
+def write_results(out: str, arms: Sequence[str], seeds: Sequence[int],
+                  descriptions: dict[str, str] | None = None, command: str = "") -> str:
+  """Reads the runs under `out`, writes `out/results.md` (headed by `command`, the one
+  that reproduces it) and the curve PNGs; returns the page's path."""
+  results = read_experiment(out, arms, seeds)
+  images = plot_experiment(results, out)
+  path = os.path.join(out, "results.md")
+  with open(path, "w") as f:
+    f.write(results_markdown(results, descriptions, images, command))
+  return path

@@ -1,0 +1,87 @@
+"""The arms of an experiment: what each compared run is, and which warm start it shares.
+
+An arm is an algorithm name (seed_jax/train/algorithms.py: it runs as that algorithm with
+the config as given) or one of the named variants below. Every arm of one seed starts RL
+from a warm start computed once for that seed (seed_jax/experiments/jobs.py):
+
+| arm           | algorithm | RL-time overrides        | starts RL from                         |
+|---------------|-----------|--------------------------|----------------------------------------|
+| `seed`        | seed      | analyzer.backend=policy  | stage 1 (the paper's self-evolving SEED) |
+| `seed_oracle` | seed      | analyzer.backend=oracle  | stage 1 (skills from the expert's plan: an upper bound on skill quality) |
+| `grpo`        | grpo      | -                        | the behaviour-cloning warm start       |
+| `no_sft`      | no_sft    | -                        | the behaviour-cloning warm start       |
+| `no_opd`, `static_library` | as named | -           | stage 1                                |
+| `skill_grpo`  | skill_grpo | -                       | the behaviour-cloning weights and stage 1's skill library |
+
+Warm starts: `bc` is behaviour cloning (`bc.*`), the same for every arm; `stage1` is stage 1
+(`sft.*`: rollouts of the BC policy, oracle annotations, skill SFT) on top of it, for the
+algorithms with stage-1 SFT; `library` is the BC weights with the skill library stage 1
+built (Skill-GRPO acts with it and fine-tunes nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from seed_jax.train.algorithms import ALGORITHMS, get_algorithm
+
+BC, STAGE1, LIBRARY = "bc", "stage1", "library"
+
+# Keys an arm may not change: they shape the warm-start checkpoint every arm of a seed
+# restores (parameters, optimizer, reference model), or are set per run by the experiment.
+CHECKPOINT_SHAPING_KEYS = ("model", "mesh", "rl.kl_coef", "rl.weight_decay", "rl.grad_clip",
+                           "algorithm", "seed", "init_from", "workdir")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+  """One compared run per seed.
+
+  Attributes:
+    name: the arm's name, also its folder under the experiment's `--out`.
+    algorithm: `config.algorithm` of its runs.
+    overrides: config keys set for its RL (after the shared warm start), as Python values.
+    description: one line for the results page.
+  """
+  name: str
+  algorithm: str
+  overrides: tuple[tuple[str, Any], ...] = ()
+  description: str = ""
+
+  @property
+  def warm_start(self) -> str:
+    """Which shared warm start the arm's RL begins from (BC, STAGE1 or LIBRARY)."""
+    algorithm = get_algorithm(self.algorithm)
+    if algorithm.stage1_sft:
+      return STAGE1
+    if algorithm.skill_source == "library":
+      return LIBRARY
+    return BC
+
+
+VARIANTS = {
+    "seed": Arm("seed", "seed", (("analyzer.backend", "policy"),),
+                "SEED: after stage 1 the policy analyses its own trajectories into skills"),
+    "seed_oracle": Arm("seed_oracle", "seed", (("analyzer.backend", "oracle"),),
+                       "SEED with the oracle analyzer at RL time (the expert's plan as the "
+                       "skill): an upper bound on skill quality"),
+}
+
+ARM_NAMES = tuple(VARIANTS) + tuple(a for a in ALGORITHMS if a not in VARIANTS)
+
+
+def get_arm(name: str) -> Arm:
+  """The named variant, or the algorithm `name` as configured."""
+  if name in VARIANTS:
+    return VARIANTS[name]
+  if name in ALGORITHMS:
+    return Arm(name, name, (), f"the {name} algorithm (seed_jax/train/algorithms.py)")
+  raise ValueError(f"unknown arm {name!r}; choose among {', '.join(ARM_NAMES)}")
+
+
+def check_arm_overrides(arm: Arm) -> None:
+  """An arm changes what RL does, never what its warm-start checkpoint holds."""
+  for key, _ in arm.overrides:
+    if any(key == k or key.startswith(k + ".") for k in CHECKPOINT_SHAPING_KEYS):
+      raise ValueError(f"arm {arm.name!r}: {key} shapes the shared warm-start checkpoint")

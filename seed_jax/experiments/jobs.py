@@ -1,0 +1,229 @@
+"""The runs of an experiment and their order: shared warm starts, then every (arm, seed).
+
+Per seed, the warm start is computed once and every arm starts RL from it:
+  * `warm_start/seed<k>/bc`: behaviour cloning only (`rl.iterations=0`, algorithm grpo, no
+    evaluation); its iteration-0 checkpoint is the BC policy.
+  * `warm_start/seed<k>/stage1`, when an arm has stage 1: a run started from the BC
+    checkpoint (`init_from`, no BC of its own) that runs stage 1 and stops before RL
+    (algorithm seed); its iteration-0 checkpoint holds the stage-1 policy and library.
+  * `<arm>/seed<k>`: before its first start the arm's workdir receives a copy of its warm
+    start's iteration-0 checkpoint, so `seed_jax.main` resumes from it straight into RL
+    with the arm's own config (which it writes to the workdir's config.json). Skill-GRPO
+    (library arms) instead starts from the BC weights (`init_from`) with a copy of stage
+    1's annotations, which its own stage 1 loads instead of playing anything.
+
+A run is finished when its summary.json says it reached its configured iterations (the
+trainer writes it at the very end; a preempted run writes none). Finished runs are skipped;
+any other run is started again with the same command, and the trainer resumes it from the
+last checkpoint in its workdir.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import shutil
+import threading
+from typing import Any, Callable, Sequence
+
+from seed_jax.experiments.arms import BC, LIBRARY, STAGE1, Arm
+
+WARM_START = "warm_start"  # folder of the shared warm starts under --out (not an arm name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  """One `seed_jax.main` run of the experiment.
+
+  Attributes:
+    name: `<arm>/seed<k>` or `warm_start/seed<k>/<bc|stage1>`; also its folder under --out.
+    workdir: the run's folder.
+    overrides: `(config key, value)` pairs passed as `--config.KEY=VALUE`, in order.
+    iterations: its `rl.iterations`: it is finished once its summary says so.
+    after: names of the jobs it starts from (they must be finished first).
+    warm_checkpoint: a checkpoint step folder copied into the workdir as iteration 0
+      before the run's first start ("": none).
+    warm_stage1: a `stage1/` folder copied into the workdir before its first start.
+  """
+  name: str
+  workdir: str
+  overrides: tuple[tuple[str, Any], ...]
+  iterations: int
+  after: tuple[str, ...] = ()
+  warm_checkpoint: str = ""
+  warm_stage1: str = ""
+
+
+def _warm_overrides(seed: int, algorithm: str) -> tuple[tuple[str, Any], ...]:
+  """A run that stops where RL would begin, having written only its iteration-0
+  checkpoint and summary."""
+  return (("algorithm", algorithm), ("seed", seed), ("rl.iterations", 0),
+          ("eval.at_end", False), ("checkpoint.export_hf", False), ("log.plots", False))
+
+
+def plan_jobs(out: str, arms: Sequence[Arm], seeds: Sequence[int], iterations: int,
+              user_overrides: Sequence[tuple[str, Any]] = ()) -> list[Job]:
+  """Every job of the experiment, in a runnable order: per seed its warm starts, then its
+  arms. `user_overrides` (the command line's `--config.KEY=VALUE`) apply to every run;
+  the experiment's own keys (the warm starts' settings, the arm's) take precedence."""
+  jobs = []
+  for seed in seeds:
+    warm = os.path.join(out, WARM_START, f"seed{seed}")
+    bc = Job(f"{WARM_START}/seed{seed}/bc", os.path.join(warm, "bc"),
+             _merge(user_overrides, _warm_overrides(seed, "grpo")), 0)
+    stage1 = Job(f"{WARM_START}/seed{seed}/stage1", os.path.join(warm, "stage1"),
+                 _merge(user_overrides, _warm_overrides(seed, "seed") + (
+                     ("init_from", _step_folder(bc.workdir, 0)), ("bc.enabled", False))),
+                 0, after=(bc.name,))
+    needs = {arm.warm_start for arm in arms}
+    jobs.append(bc)
+    if needs & {STAGE1, LIBRARY}:
+      jobs.append(stage1)
+    for arm in arms:
+      base = (("algorithm", arm.algorithm), ("seed", seed)) + arm.overrides
+      workdir = os.path.join(out, arm.name, f"seed{seed}")
+      if arm.warm_start == LIBRARY:
+        jobs.append(Job(f"{arm.name}/seed{seed}", workdir, _merge(user_overrides, base + (
+            ("init_from", _step_folder(bc.workdir, 0)), ("bc.enabled", False))),
+                        iterations, after=(bc.name, stage1.name),
+                        warm_stage1=os.path.join(stage1.workdir, "stage1")))
+      else:
+        source = stage1 if arm.warm_start == STAGE1 else bc
+        jobs.append(Job(f"{arm.name}/seed{seed}", workdir, _merge(user_overrides, base),
+                        iterations, after=(source.name,),
+                        warm_checkpoint=_step_folder(source.workdir, 0)))
+  return jobs
+
+
+def _merge(first: Sequence[tuple[str, Any]], then: Sequence[tuple[str, Any]]
+           ) -> tuple[tuple[str, Any], ...]:
+  """`first` with the keys of `then` replaced (a key given twice would leave the winner
+  to the flag parser's order)."""
+  merged = dict(first)
+  merged.update(then)
+  return tuple(merged.items())
+
+
+def _step_folder(workdir: str, step: int) -> str:
+  return os.path.join(workdir, "checkpoints", str(step))
+
+
+# ------------------------------------------------------------------ state on disk
+
+
+def run_summary(workdir: str) -> dict[str, Any] | None:
+  """The run's summary.json, or None (not written yet, or torn)."""
+  try:
+    with open(os.path.join(workdir, "summary.json")) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def is_finished(job: Job) -> bool:
+  summary = run_summary(job.workdir)
+  return (summary is not None and not summary.get("preempted")
+          and summary.get("iterations") == job.iterations)
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """The committed checkpoint steps of a local run: orbax writes a step into a temporary
+  folder and renames it to its number only once it is complete."""
+  folder = os.path.join(workdir, "checkpoints")
+  if not os.path.isdir(folder):
+    return []
+  return sorted(int(n) for n in os.listdir(folder)
+                if n.isdigit() and os.path.isdir(os.path.join(folder, n)))
+
+
+def prepare_workdir(job: Job) -> bool:
+  """Before a job's first start, copies its warm start into its workdir: the warm
+  checkpoint as `checkpoints/0` (a whole folder or nothing: copied aside, then renamed),
+  and the stage-1 annotations. A workdir with a checkpoint of its own is left alone (the
+  run resumes from it). Returns whether anything was copied."""
+  copied = False
+  if job.warm_checkpoint and not checkpoint_steps(job.workdir):
+    staging = os.path.join(job.workdir, ".warm_start_copy")
+    shutil.rmtree(staging, ignore_errors=True)  # a copy interrupted earlier
+    shutil.copytree(job.warm_checkpoint, staging)
+    os.makedirs(os.path.join(job.workdir, "checkpoints"), exist_ok=True)
+    os.rename(staging, _step_folder(job.workdir, 0))
+    copied = True
+  target = os.path.join(job.workdir, "stage1")
+  if job.warm_stage1 and not os.path.isdir(target):
+    staging = os.path.join(job.workdir, ".warm_stage1_copy")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(job.warm_stage1, staging)
+    os.rename(staging, target)
+    copied = True
+  return copied
+
+
+# ------------------------------------------------------------------ running
+
+# Runs one job (its workdir prepared) and returns its exit status.
+Runner = Callable[[Job], int]
+
+
+@dataclasses.dataclass
+class Outcome:
+  """What one pass over the jobs did."""
+  skipped: list[str] = dataclasses.field(default_factory=list)   # finished before
+  finished: list[str] = dataclasses.field(default_factory=list)  # finished now
+  unfinished: list[str] = dataclasses.field(default_factory=list)  # ran, not finished
+  waiting: list[str] = dataclasses.field(default_factory=list)   # a job before it is not
+
+  @property
+  def complete(self) -> bool:
+    return not (self.unfinished or self.waiting)
+
+
+def run_jobs(jobs: Sequence[Job], runner: Runner, parallel: int = 1,
+             stop: threading.Event | None = None,
+             log: Callable[[str], None] = print) -> Outcome:
+  """Runs the unfinished jobs, at most `parallel` at once, each once its `after` jobs are
+  finished. A job that ends unfinished (failed, or stopped) holds back the jobs after it;
+  the others go on. Once `stop` is set no job is started (running ones end as their runner
+  makes them)."""
+  stop = stop or threading.Event()
+  outcome = Outcome()
+  done = set()
+  for job in jobs:
+    if is_finished(job):
+      done.add(job.name)
+      outcome.skipped.append(job.name)
+  pending = [job for job in jobs if job.name not in done]
+
+  def start(job: Job) -> int:
+    prepare_workdir(job)
+    return runner(job)
+
+  with concurrent.futures.ThreadPoolExecutor(max(parallel, 1)) as pool:
+    running: dict[concurrent.futures.Future, Job] = {}
+    while True:
+      ready = [job for job in pending if all(name in done for name in job.after)]
+      while ready and len(running) < parallel and not stop.is_set():
+        job = ready.pop(0)
+        pending.remove(job)
+        log(f"[experiment] start {job.name}")
+        running[pool.submit(start, job)] = job
+      if not running:
+        break
+      finished, _ = concurrent.futures.wait(running,
+                                            return_when=concurrent.futures.FIRST_COMPLETED)
+      for future in finished:
+        job = running.pop(future)
+        error = future.exception()
+        status = error if error is not None else future.result()
+        if error is None and status == 0 and is_finished(job):
+          done.add(job.name)
+          outcome.finished.append(job.name)
+          log(f"[experiment] finished {job.name}")
+        else:
+          outcome.unfinished.append(job.name)
+          log(f"[experiment] {job.name} did not finish ({status!r}); the same command "
+              "resumes it")
+  outcome.waiting = [job.name for job in pending]
+  return outcome

@@ -1,0 +1,418 @@
+"""The experiment runner (`python -m seed_jax.experiment`): the arms, the runs it plans,
+skipping finished runs and resuming an interrupted experiment (with a fake run command,
+so no training), the aggregation into a results page, and one real run of two arms that
+start RL from the same shared warm start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from seed_jax import experiment
+from seed_jax.experiments import aggregate
+from seed_jax.experiments.arms import (BC, LIBRARY, STAGE1, Arm, check_arm_overrides,
+                                       get_arm)
+from seed_jax.experiments.jobs import (Job, checkpoint_steps, is_finished, plan_jobs,
+                                       prepare_workdir, run_jobs)
+from seed_jax.train.algorithms import ALGORITHMS
+from tests.train.conftest import tiny_model  # noqa: F401  (a fixture)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# ------------------------------------------------------------------ the arms
+
+
+def test_seed_runs_twice_with_the_policy_and_with_the_oracle_analyzer_after_stage_1():
+  seed, oracle = get_arm("seed"), get_arm("seed_oracle")
+  assert seed.algorithm == oracle.algorithm == "seed"
+  assert dict(seed.overrides)["analyzer.backend"] == "policy"
+  assert dict(oracle.overrides)["analyzer.backend"] == "oracle"
+  assert seed.warm_start == oracle.warm_start == STAGE1
+
+
+@pytest.mark.parametrize("name,warm_start", [
+    ("grpo", BC), ("no_sft", BC), ("seed", STAGE1), ("no_opd", STAGE1),
+    ("static_library", STAGE1), ("skill_grpo", LIBRARY)])
+def test_every_algorithm_is_an_arm_starting_from_the_warm_start_it_would_compute(
+    name, warm_start):
+  assert name in ALGORITHMS
+  arm = get_arm(name)
+  assert arm.algorithm == name and arm.warm_start == warm_start
+
+
+def test_an_unknown_arm_fails_listing_the_known_ones():
+  with pytest.raises(ValueError, match="seed_oracle.*grpo"):
+    get_arm("gpro")
+
+
+@pytest.mark.parametrize("key", ["rl.kl_coef", "model.name", "mesh.fsdp", "seed"])
+def test_an_arm_may_not_change_what_the_shared_checkpoint_holds(key):
+  with pytest.raises(ValueError, match=key):
+    check_arm_overrides(Arm("bad", "grpo", ((key, 1),)))
+  check_arm_overrides(Arm("fine", "grpo", (("analyzer.backend", "oracle"),)))
+
+
+# ------------------------------------------------------------------ the plan
+
+
+def by_name(jobs):
+  return {job.name: job for job in jobs}
+
+
+def test_each_seed_computes_its_warm_starts_once_and_every_arm_starts_from_one(tmp_path):
+  out = str(tmp_path)
+  jobs = by_name(plan_jobs(out, [get_arm(a) for a in ("seed", "seed_oracle", "grpo")],
+                           [0, 1], iterations=5))
+  assert sorted(jobs) == sorted(
+      [f"{a}/seed{k}" for a in ("seed", "seed_oracle", "grpo") for k in (0, 1)]
+      + [f"warm_start/seed{k}/{w}" for k in (0, 1) for w in ("bc", "stage1")])
+  bc, stage1 = jobs["warm_start/seed1/bc"], jobs["warm_start/seed1/stage1"]
+  assert bc.iterations == stage1.iterations == 0  # they stop where RL begins
+  assert dict(stage1.overrides)["init_from"] == os.path.join(bc.workdir, "checkpoints", "0")
+  assert stage1.after == (bc.name,)
+  for arm, source in (("seed", stage1), ("seed_oracle", stage1), ("grpo", bc)):
+    job = jobs[f"{arm}/seed1"]
+    assert job.workdir == os.path.join(out, arm, "seed1") and job.iterations == 5
+    assert job.after == (source.name,)
+    assert job.warm_checkpoint == os.path.join(source.workdir, "checkpoints", "0")
+    assert dict(job.overrides)["seed"] == 1
+
+
+def test_an_experiment_without_stage_1_arms_computes_no_stage_1(tmp_path):
+  jobs = plan_jobs(str(tmp_path), [get_arm("grpo")], [0], iterations=2)
+  assert [job.name for job in jobs] == ["warm_start/seed0/bc", "grpo/seed0"]
+
+
+def test_command_line_overrides_reach_every_run_but_the_experiment_sets_its_own_keys(
+    tmp_path):
+  jobs = by_name(plan_jobs(str(tmp_path), [get_arm("seed_oracle")], [0], iterations=3,
+                           user_overrides=[("rl.iterations", "3"),
+                                           ("analyzer.backend", "policy"),
+                                           ("bc.episodes", "7")]))
+  for job in jobs.values():
+    assert dict(job.overrides)["bc.episodes"] == "7"
+  assert dict(jobs["warm_start/seed0/bc"].overrides)["rl.iterations"] == 0
+  assert dict(jobs["seed_oracle/seed0"].overrides)["analyzer.backend"] == "oracle"
+
+
+def test_config_overrides_are_read_from_the_command_line_as_given():
+  argv = ["--config=configs/alfworld.py:compare", "--config.rl.iterations=4",
+          "--config.eval.splits=('valid_unseen',)", "--seeds=0"]
+  assert experiment.config_overrides(argv) == [("rl.iterations", "4"),
+                                               ("eval.splits", "('valid_unseen',)")]
+  with pytest.raises(experiment.app.UsageError, match="config.seed"):
+    experiment.config_overrides(["--config.seed=3"])
+  with pytest.raises(experiment.app.UsageError, match="static_library"):
+    experiment.config_overrides(["--config.analyzer.static_library=lib.json"])
+  with pytest.raises(experiment.app.UsageError, match="KEY=VALUE"):
+    experiment.config_overrides(["--config.rl.iterations"])
+
+
+def test_a_run_is_the_main_command_in_its_workdir_with_its_overrides():
+  job = Job("grpo/seed0", "/out/grpo/seed0", (("seed", 0), ("eval.at_end", False),
+                                              ("eval.splits", "('valid_unseen',)")), 1)
+  command = experiment.job_command(job, "configs/alfworld.py:compare")
+  assert command[1:] == ["-m", "seed_jax.main", "--config=configs/alfworld.py:compare",
+                         "--workdir=/out/grpo/seed0", "--config.seed=0",
+                         "--config.eval.at_end=False",
+                         "--config.eval.splits=('valid_unseen',)"]
+
+
+# ------------------------------------------------------------------ running, with a fake run
+
+
+class FakeTrainer:
+  """Stands in for `seed_jax.main`: resumes from the workdir's last checkpoint (or starts
+  at 0), saves one checkpoint per iteration and writes the summary at the end. It can be
+  made to die after a given iteration of a given run."""
+
+  def __init__(self, die_in: str = "", die_after: int = 0, stop: threading.Event = None):
+    self.die_in, self.die_after, self.stop = die_in, die_after, stop
+    self.started: list[tuple[str, int]] = []  # (job, the iteration it started from)
+    self.lock = threading.Lock()
+
+  def __call__(self, job: Job) -> int:
+    steps = checkpoint_steps(job.workdir)
+    start = steps[-1] if steps else 0
+    with self.lock:
+      self.started.append((job.name, start))
+    for it in range(start, job.iterations + 1):
+      os.makedirs(os.path.join(job.workdir, "checkpoints", str(it)), exist_ok=True)
+      if job.name == self.die_in and it == self.die_after:
+        if self.stop is not None:
+          self.stop.set()
+        return 1
+    with open(os.path.join(job.workdir, "summary.json"), "w") as f:
+      json.dump({"iterations": job.iterations}, f)
+    return 0
+
+
+def plan(tmp_path, arms=("seed", "grpo"), seeds=(0, 1), iterations=2):
+  return plan_jobs(str(tmp_path), [get_arm(a) for a in arms], list(seeds), iterations)
+
+
+def test_finished_runs_are_skipped(tmp_path):
+  jobs = plan(tmp_path)
+  first = FakeTrainer()
+  outcome = run_jobs(jobs, first, log=lambda _: None)
+  assert outcome.complete and sorted(outcome.finished) == sorted(j.name for j in jobs)
+  again = FakeTrainer()
+  outcome = run_jobs(jobs, again, log=lambda _: None)
+  assert again.started == [] and sorted(outcome.skipped) == sorted(j.name for j in jobs)
+
+
+@pytest.mark.parametrize("summary,finished", [
+    ({"iterations": 2}, True),
+    ({"iterations": 1}, False),  # written by a run of fewer iterations: it goes on
+    ({"iterations": 2, "preempted": True}, False),
+    (None, False),
+    ("{torn", False)])
+def test_a_run_is_finished_when_its_summary_says_it_reached_its_iterations(
+    tmp_path, summary, finished):
+  job = Job("grpo/seed0", str(tmp_path), (), iterations=2)
+  if summary is not None:
+    (tmp_path / "summary.json").write_text(
+        summary if isinstance(summary, str) else json.dumps(summary))
+  assert is_finished(job) == finished
+
+
+def test_an_interrupted_experiment_continues_where_it_stopped(tmp_path):
+  jobs = plan(tmp_path)
+  dying = FakeTrainer(die_in="seed/seed0", die_after=1)
+  outcome = run_jobs(jobs, dying, log=lambda _: None)
+  assert outcome.unfinished == ["seed/seed0"] and not outcome.complete
+  # The others went on: nothing waits for seed/seed0.
+  assert "grpo/seed0" in outcome.finished and "seed/seed1" in outcome.finished
+  resumed = FakeTrainer()
+  outcome = run_jobs(jobs, resumed, log=lambda _: None)
+  assert outcome.complete
+  # Only the interrupted run ran again, from its own last checkpoint, not from the
+  # warm start copied in before its first start.
+  assert resumed.started == [("seed/seed0", 1)]
+
+
+def test_a_failed_warm_start_holds_back_the_arms_of_its_seed_only(tmp_path):
+  jobs = plan(tmp_path)
+  outcome = run_jobs(jobs, FakeTrainer(die_in="warm_start/seed0/bc", die_after=0),
+                     log=lambda _: None)
+  assert outcome.unfinished == ["warm_start/seed0/bc"]
+  assert sorted(outcome.waiting) == ["grpo/seed0", "seed/seed0", "warm_start/seed0/stage1"]
+  assert sorted(outcome.finished) == ["grpo/seed1", "seed/seed1", "warm_start/seed1/bc",
+                                      "warm_start/seed1/stage1"]
+
+
+def test_once_stopped_no_new_run_starts(tmp_path):
+  jobs = plan(tmp_path)
+  stop = threading.Event()
+  trainer = FakeTrainer(die_in="warm_start/seed0/bc", die_after=0, stop=stop)
+  outcome = run_jobs(jobs, trainer, stop=stop, log=lambda _: None)
+  assert [name for name, _ in trainer.started] == ["warm_start/seed0/bc"]
+  assert len(outcome.waiting) == len(jobs) - 1
+
+
+def test_parallel_runs_start_each_run_after_the_runs_it_starts_from(tmp_path):
+  jobs = plan(tmp_path, seeds=(0, 1, 2))
+  finished, running, most = set(), set(), [0]
+  lock = threading.Lock()
+  fake = FakeTrainer()
+
+  def runner(job):
+    with lock:
+      assert all(name in finished for name in job.after), job.name
+      running.add(job.name)
+      most[0] = max(most[0], len(running))
+    threading.Event().wait(0.05)
+    status = fake(job)
+    with lock:
+      running.discard(job.name)
+      finished.add(job.name)
+    return status
+
+  outcome = run_jobs(jobs, runner, parallel=3, log=lambda _: None)
+  assert outcome.complete and most[0] > 1
+
+
+def test_the_warm_checkpoint_is_copied_before_the_first_start_only(tmp_path):
+  warm = tmp_path / "warm" / "checkpoints" / "0"
+  (warm / "state").mkdir(parents=True)
+  (warm / "state" / "params").write_text("warm")
+  job = Job("grpo/seed0", str(tmp_path / "arm"), (), 1, warm_checkpoint=str(warm))
+  assert prepare_workdir(job)
+  assert (tmp_path / "arm" / "checkpoints" / "0" / "state" / "params").read_text() == "warm"
+  assert checkpoint_steps(job.workdir) == [0]
+  (tmp_path / "arm" / "checkpoints" / "1").mkdir()  # the run went on, then stopped
+  assert not prepare_workdir(job)
+
+
+def test_a_library_arm_gets_stage_1s_annotations(tmp_path):
+  (tmp_path / "stage1run" / "stage1").mkdir(parents=True)
+  (tmp_path / "stage1run" / "stage1" / "library.json").write_text("{}")
+  job = Job("skill_grpo/seed0", str(tmp_path / "arm"), (), 1,
+            warm_stage1=str(tmp_path / "stage1run" / "stage1"))
+  assert prepare_workdir(job) and (tmp_path / "arm" / "stage1" / "library.json").exists()
+  assert not prepare_workdir(job)
+
+
+def test_a_stop_reaches_the_running_run_as_the_sigterm_it_checkpoints_on(tmp_path):
+  # A stand-in for seed_jax.main that, like the trainer, exits cleanly on SIGTERM.
+  script = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))\n"
+            "print('training', flush=True)\n"
+            "time.sleep(60)\n")
+  children, stop = set(), threading.Event()
+  runner = experiment.subprocess_runner(lambda job: [sys.executable, "-c", script],
+                                        str(tmp_path), False, dict(os.environ), children)
+  status = {}
+  thread = threading.Thread(
+      target=lambda: status.update(rc=runner(Job("grpo/seed0", str(tmp_path), (), 1))))
+  thread.start()
+  log = tmp_path / "grpo_seed0.log"
+  for _ in range(300):  # until the run is up
+    if children and log.exists() and b"training" in log.read_bytes():
+      break
+    threading.Event().wait(0.1)
+  experiment.stop_handler(children, stop)(experiment.signal.SIGINT, None)
+  thread.join(30)
+  assert stop.is_set() and status == {"rc": 7} and not children
+  assert "grpo/seed0: exit 7" in log.read_text()
+
+
+# ------------------------------------------------------------------ aggregation
+
+
+def write_run(folder, train_success, eval_success=None, final=None, skills=None):
+  """A run folder as the trainer leaves it: metrics.jsonl, summary.json, analysis/."""
+  os.makedirs(folder, exist_ok=True)
+  records = [{"step": 0, "phase": "bc", "loss": 1.0}]
+  records += [{"step": i + 1, "phase": "train", "success": s, "gate_mean": 0.5 + 0.01 * i}
+              for i, s in enumerate(train_success)]
+  records += [{"step": step, "phase": "eval", "valid_unseen/success": s}
+              for step, s in (eval_success or {}).items()]
+  with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in records)
+  if final is not None:
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+      json.dump({"iterations": len(train_success), "valid_unseen/success": final}, f)
+  for step, lines in (skills or {}).items():
+    os.makedirs(os.path.join(folder, "analysis"), exist_ok=True)
+    with open(os.path.join(folder, "analysis", f"iter_{step}.jsonl"), "w") as f:
+      f.writelines(json.dumps(line) + "\n" for line in lines)
+
+
+def test_task_objects_are_what_the_task_sentence_names_besides_its_verbs():
+  assert aggregate.task_objects("clean some apple and put it in fridge") == ["apple", "fridge"]
+  assert aggregate.task_objects("look at bowl under the desklamp") == ["bowl", "desklamp"]
+  assert aggregate.names_objects("Find the apples, rinse, put in the Fridge.",
+                                 "clean some apple and put it in fridge")
+  assert not aggregate.names_objects("Go to the fridge first.",
+                                     "clean some apple and put it in fridge")
+
+
+def test_skill_quality_counts_parsed_skills_their_words_and_those_naming_the_objects():
+  task = "put a mug on desk"
+  quality = aggregate.skill_quality([
+      {"task": task, "skill": "take the mug to the desk"},        # 6 words, names both
+      {"task": task, "skill": "always check every receptacle"},  # 4 words, names none
+      {"task": task, "skill": None},
+      {"task": task, "skill": None}])
+  assert quality == {"parse_rate": 0.5, "skill_words": 5.0, "names_objects": 0.5}
+
+
+def test_the_results_page_gives_mean_and_std_over_seeds_and_the_curves(tmp_path):
+  out = str(tmp_path)
+  task = "put a mug on desk"
+  write_run(f"{out}/seed/seed0", [0.25, 0.5], {2: 0.25}, final=0.25,
+            skills={1: [{"task": task, "skill": "take the mug to the desk"}],
+                    2: [{"task": task, "skill": None}]})
+  write_run(f"{out}/seed/seed1", [0.25, 1.0], {2: 0.75}, final=0.75,
+            skills={2: [{"task": task, "skill": "mug then desk"}]})
+  write_run(f"{out}/grpo/seed0", [0.0, 0.0], {2: 0.0}, final=0.0)
+  write_run(f"{out}/grpo/seed1", [0.5])  # interrupted: one iteration, no summary
+  path = aggregate.write_results(out, ["seed", "grpo"], [0, 1], {"seed": "SEED"},
+                                 command="python -m seed_jax.experiment --out=x")
+  page = open(path).read()
+  # 0.25 and 0.75: mean 0.5, sample std 0.354; grpo has one finished seed of two.
+  assert "| seed | 2/2 | 0.500 ± 0.354 |" in page
+  assert "| grpo | 1/2 | 0.000 ± 0.000 |" in page
+  # Training success per iteration: iteration 2 of seed is 0.5 and 1.0.
+  assert "| 1 | 0.250 ± 0.000 | 0.250 ± 0.354 |" in page
+  assert "| 2 | 0.750 ± 0.354 | 0.000 ± 0.000 |" in page
+  # The skills of the last iteration: seed0 parsed none, seed1 all, naming both objects.
+  assert "| seed | 0.500 ± 0.707 | 1.500 ± 2.121 | 0.500 ± 0.707 |" in page
+  assert "python -m seed_jax.experiment --out=x" in page
+  for name in ("success.png", "opd_gate.png", "skills.png"):
+    assert f"![{name}]({name})" in page
+    with open(os.path.join(out, name), "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_figure_without_data_is_not_drawn(tmp_path):
+  write_run(f"{tmp_path}/grpo/seed0", [0.0, 0.5], {2: 0.5}, final=0.5)
+  images = aggregate.plot_experiment(aggregate.read_experiment(str(tmp_path), ["grpo"], [0]),
+                                     str(tmp_path))
+  assert images == ["success.png", "opd_gate.png"]  # no analysis files: no skills.png
+
+
+def test_mean_std_is_the_sample_standard_deviation():
+  mean, std = aggregate.mean_std([0.0, 0.5, 1.0])
+  assert mean == 0.5 and np.isclose(std, 0.5)
+  assert aggregate.mean_std([0.3]) == (0.3, 0.0)
+
+
+# ------------------------------------------------------------------ a real experiment
+
+
+def saved_params(step_folder):
+  import jax  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  state = ocp.PyTreeCheckpointer().restore(os.path.join(step_folder, "state"))
+  return [np.asarray(x) for x in jax.tree.leaves(state["train"]["params"])]
+
+
+def same(a, b):
+  return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Sharding info not provided")  # saved_params: raw arrays
+def test_two_arms_start_rl_from_the_shared_warm_start(tiny_model, tmp_path):  # noqa: F811
+  out = tmp_path / "exp"
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                              if "device_count" not in f)  # one device: quicker compiles
+  command = [sys.executable, "-m", "seed_jax.experiment", "--config=configs/sokoban.py:cpu",
+             "--algorithms=seed,grpo", "--seeds=0", f"--out={out}",
+             f"--config.model.name={tiny_model}", "--config.rl.iterations=1",
+             "--config.rollout.max_new_tokens=16", "--config.rollout.max_prompt_tokens=512",
+             "--config.analyzer.max_new_tokens=16", "--config.env.max_steps=3",
+             "--config.bc.episodes=2", "--config.sft.tasks_per_type=1",
+             "--config.eval.max_episodes=1", "--config.eval.splits=('valid_seen',)",
+             "--config.log.tensorboard=False", "--config.log.plots=False",
+             "--config.checkpoint.export_hf=False"]
+  done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=900, check=False)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  bc = saved_params(out / "warm_start/seed0/bc/checkpoints/0")
+  stage1 = saved_params(out / "warm_start/seed0/stage1/checkpoints/0")
+  assert not same(bc, stage1)  # stage 1 trained: the two warm starts differ
+  for arm, warm in (("seed", stage1), ("grpo", bc)):
+    run = out / arm / "seed0"
+    assert same(saved_params(run / "checkpoints/0"), warm), arm
+    assert not same(saved_params(run / "checkpoints/1"), warm), arm  # RL trained it
+    phases = {json.loads(line)["phase"] for line in open(run / "metrics.jsonl")}
+    assert phases == {"train", "eval"}, arm  # no BC or stage 1 of its own: it resumed
+    config = json.load(open(run / "config.json"))
+    assert config["algorithm"] == arm and config["seed"] == 0
+    assert json.load(open(run / "summary.json"))["iterations"] == 1
+  assert "Resumed from checkpoint 0" in open(out / "logs" / "seed_seed0.log").read()
+  assert "| seed | 1/1 |" in open(out / "results.md").read()
+  # Run again: everything is finished, nothing runs.
+  again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=300, check=False)
+  assert again.returncode == 0 and "4 runs already finished, 0 finished now" in again.stdout
