@@ -4,14 +4,19 @@ An arm is an algorithm name (seed_jax/train/algorithms.py: it runs as that algor
 the config as given) or one of the named variants below. Every arm of one seed starts RL
 from a warm start computed once for that seed (seed_jax/experiments/jobs.py):
 
-| arm           | algorithm | RL-time overrides        | starts RL from                         |
-|---------------|-----------|--------------------------|----------------------------------------|
-| `seed`        | seed      | analyzer.backend=policy  | stage 1 (the paper's self-evolving SEED) |
-| `seed_oracle` | seed      | analyzer.backend=oracle  | stage 1 (skills from the expert's plan: an upper bound on skill quality) |
-| `grpo`        | grpo      | -                        | the behaviour-cloning warm start       |
-| `no_sft`      | no_sft    | -                        | the behaviour-cloning warm start       |
-| `no_opd`, `static_library` | as named | -           | stage 1                                |
-| `skill_grpo`  | skill_grpo | -                       | the behaviour-cloning weights and stage 1's skill library |
+| arm              | algorithm      | RL-time overrides       | starts RL from              |
+|------------------|----------------|-------------------------|-----------------------------|
+| `seed`           | seed           | analyzer.backend=policy | stage 1                     |
+| `seed_oracle`    | seed           | analyzer.backend=oracle | stage 1                     |
+| `grpo`           | grpo           | -                       | behaviour cloning           |
+| `no_sft`         | no_sft         | -                       | behaviour cloning           |
+| `no_opd`         | no_opd         | -                       | stage 1                     |
+| `static_library` | static_library | -                       | stage 1                     |
+| `skill_grpo`     | skill_grpo     | -                       | BC weights, stage-1 library |
+
+`seed` is the paper's self-evolving setting: after stage 1 the policy analyses its own
+trajectories into skills. `seed_oracle` takes its skills from the oracle analyzer at RL time
+(the env expert's plan written as a skill): an upper bound on skill quality.
 
 Warm starts: `bc` is behaviour cloning (`bc.*`), the same for every arm; `stage1` is stage 1
 (`sft.*`: rollouts of the BC policy, oracle annotations, skill SFT) on top of it, for the
