@@ -322,6 +322,8 @@ def test_skill_quality_counts_parsed_skills_their_words_and_those_naming_the_obj
       {"task": task, "skill": None},
       {"task": task, "skill": None}])
   assert quality == {"parse_rate": 0.5, "skill_words": 5.0, "names_objects": 0.5}
+  none = aggregate.skill_quality([{"task": task, "skill": None}])
+  assert none["parse_rate"] == 0.0 and np.isnan(none["skill_words"])
 
 
 def test_the_results_page_gives_mean_and_std_over_seeds_and_the_curves(tmp_path):
@@ -343,8 +345,10 @@ def test_the_results_page_gives_mean_and_std_over_seeds_and_the_curves(tmp_path)
   # Training success per iteration: iteration 2 of seed is 0.5 and 1.0.
   assert "| 1 | 0.250 ± 0.000 | 0.250 ± 0.354 |" in page
   assert "| 2 | 0.750 ± 0.354 | 0.000 ± 0.000 |" in page
-  # The skills of the last iteration: seed0 parsed none, seed1 all, naming both objects.
-  assert "| seed | 0.500 ± 0.707 | 1.500 ± 2.121 | 0.500 ± 0.707 |" in page
+  # The skills of the last iteration: seed0 parsed none (no length to count), seed1 all,
+  # in 3 words naming both objects.
+  assert "| seed | 0.500 ± 0.707 | 3.000 ± 0.000 | 1.000 ± 0.000 |" in page
+  assert "valid_seen" not in page  # no run evaluated it
   assert "python -m seed_jax.experiment --out=x" in page
   for name in ("success.png", "opd_gate.png", "skills.png"):
     assert f"![{name}]({name})" in page

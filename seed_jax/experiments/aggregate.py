@@ -23,6 +23,7 @@ import numpy as np
 from seed_jax.metrics import read_metrics
 
 HELD_OUT = "valid_unseen"  # unseen floor plans: the comparison's held-out split
+OTHER_SPLITS = ("valid_seen", "train")  # shown too when a run evaluated them
 
 # Words of ALFWorld task sentences ("clean some apple and put it in fridge", "look at bowl
 # under the desklamp") that are not objects: what is left names the task's objects.
@@ -61,13 +62,15 @@ def names_objects(skill: str, task: str) -> bool:
 def skill_quality(records: Sequence[dict[str, Any]]) -> dict[str, float]:
   """Over one iteration's analysis records: the share of trajectories with a skill
   (`parse_rate`), the mean words of those skills, and the share of them that name all of
-  their task's objects (`names_objects`: a skill about the task, not a generic one)."""
+  their task's objects (`names_objects`: a skill about the task, not a generic one). The
+  last two are NaN (left out of tables and curves) when there is no skill to measure."""
   skills = [(r["skill"], r.get("task", "")) for r in records if r.get("skill")]
   return {
       "parse_rate": len(skills) / len(records) if records else 0.0,
-      "skill_words": float(np.mean([len(s.split()) for s, _ in skills])) if skills else 0.0,
+      "skill_words": (float(np.mean([len(s.split()) for s, _ in skills])) if skills
+                      else math.nan),
       "names_objects": (float(np.mean([names_objects(s, t) for s, t in skills]))
-                        if skills else 0.0),
+                        if skills else math.nan),
   }
 
 
@@ -126,7 +129,7 @@ def curve(runs: Sequence[RunResults], value: Callable[[RunResults, int], float |
   for run in runs:
     for step in steps(run):
       v = value(run, step)
-      if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+      if _is_number(v):
         points.setdefault(step, []).append(float(v))
   return dict(sorted(points.items()))
 
@@ -143,7 +146,14 @@ def skill_curve(runs, key: str) -> dict[int, list[float]]:
   return curve(runs, lambda r, s: r.skills[s][key], lambda r: r.skills)
 
 
-def _fmt(values: Sequence[float] | None) -> str:
+def _is_number(value: Any) -> bool:
+  return (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value))
+
+
+def _fmt(values: Sequence[Any] | None) -> str:
+  """"mean ± std" of the finite numbers among `values`; "-" for none."""
+  values = [v for v in values or () if _is_number(v)]
   if not values:
     return "-"
   mean, std = mean_std(values)
@@ -180,18 +190,20 @@ def results_markdown(results: dict[str, list[RunResults]],
   lines = ["# Experiment results", ""]
   if command:
     lines += ["```bash", command, "```", ""]
+  all_runs = [run for runs in results.values() for run in runs]
+  splits = [HELD_OUT] + [s for s in OTHER_SPLITS
+                         if any(final_success(r, s) is not None for r in all_runs)]
   lines += ["Mean ± sample standard deviation over seeds; `-`: no run has the figure yet.", "",
-           f"| arm | seeds finished | final {HELD_OUT} success | final valid_seen success "
-           "| training success, last iteration | what it is |",
-           "|---|---|---|---|---|---|"]
+            "| arm | seeds finished | " + " | ".join(f"final {s} success" for s in splits)
+            + " | training success, last iteration | what it is |",
+            "|---" * (len(splits) + 4) + "|"]
   for arm in arms:
     runs = results[arm]
     finished = sum(r.summary is not None for r in runs)
-    held_out = [v for v in (final_success(r) for r in runs) if v is not None]
-    seen = [v for v in (final_success(r, "valid_seen") for r in runs) if v is not None]
-    last = [r.train[max(r.train)]["success"] for r in runs if r.train]
-    lines.append(f"| {arm} | {finished}/{len(runs)} | {_fmt(held_out)} | {_fmt(seen)} | "
-                 f"{_fmt(last)} | {descriptions.get(arm, '')} |")
+    final = [_fmt([final_success(r, s) for r in runs]) for s in splits]
+    last = [r.train[max(r.train)].get("success") for r in runs if r.train]
+    lines.append(f"| {arm} | {finished}/{len(runs)} | " + " | ".join(final)
+                 + f" | {_fmt(last)} | {descriptions.get(arm, '')} |")
   curves = {arm: train_curve(results[arm]) for arm in arms}
   steps = sorted({s for c in curves.values() for s in c})
   lines += ["", "## Training success per iteration", "",
@@ -210,7 +222,7 @@ def results_markdown(results: dict[str, list[RunResults]],
       lines.append(f"| {arm} | {_fmt([q['parse_rate'] for q in last])} | "
                    f"{_fmt([q['skill_words'] for q in last])} | "
                    f"{_fmt([q['names_objects'] for q in last])} | "
-                   f"{_fmt([g for g in gates if isinstance(g, (int, float))])} |")
+                   f"{_fmt(gates)} |")
   if images:
     lines += ["", "## Curves", "", "Lines: the mean over seeds; bands: ± one standard "
               "deviation.", ""] + [f"![{name}]({name})" for name in images]
@@ -223,6 +235,7 @@ def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
   written = []
   for name, panels in CURVES.items():
     data = [(title, {arm: fn(runs) for arm, runs in results.items()}) for title, fn in panels]
@@ -241,6 +254,7 @@ def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]
                         alpha=0.2)
       ax.set_title(title, fontsize=9)
       ax.set_xlabel("iteration")
+      ax.xaxis.set_major_locator(MaxNLocator(integer=True))
       ax.grid(alpha=0.3)
       ax.legend(fontsize=8)
     fig.tight_layout()
