@@ -237,7 +237,8 @@ def main(argv: Sequence[str]) -> None:
   command = (open(command_file).read().strip() if os.path.exists(command_file)
              else reproducing_command(sys.argv))
   path = aggregate.write_results(out, [arm.name for arm in arms], seeds,
-                                 {arm.name: arm.description for arm in arms}, command)
+                                 {arm.name: arm.description for arm in arms}, command,
+                                 {arm.name: arm.warm_start for arm in arms})
   print(f"[experiment] results: {path}")
   if outcome is not None and not outcome.complete:
     sys.exit(1)

@@ -548,19 +548,28 @@ def mesh_for(spec: RunSpec, target: Target) -> LogicalMesh:
 
 
 def run_plan(spec: RunSpec, target: Target, only: Sequence[str] = (),
-             log: Callable[[str], None] = print) -> tuple[list[ProgramPlan], str]:
-  """Plans `spec` for `target`; returns the plans and the printed report."""
+             log: Callable[[str], None] = print,
+             on_plans: Callable[[list[ProgramPlan]], None] = lambda plans: None
+             ) -> tuple[list[ProgramPlan], str]:
+  """Plans `spec` for `target`; returns the plans and the printed report. `on_plans`
+  receives the plans so far after each program (a long plan stopped midway keeps them)."""
   from seed_jax.models.shapes import model_config  # pylint: disable=import-outside-toplevel
   cfg = model_config(spec.model.name, dtype=spec.model.dtype,
                      param_dtype=spec.model.param_dtype)
   mesh = mesh_for(spec, target)
   started = time.perf_counter()
+  done: list[ProgramPlan] = []
+
+  def planned(p: ProgramPlan) -> None:
+    log(f"  {p.name}: {_gib(p.total_bytes)} GiB per device, compiled in {p.compile_s:.0f} s"
+        + (" (compiler: out of memory)" if p.compiler_error else ""))
+    done.append(p)
+    on_plans(list(done))
+
   with _no_persistent_cache_unless_local(target):
-    plans = plan_programs(
-        spec, cfg, mesh, only, on_program=lambda name: log(f"compiling {name} ..."),
-        on_plan=lambda p: log(f"  {p.name}: {_gib(p.total_bytes)} GiB per device, compiled "
-                              f"in {p.compile_s:.0f} s"
-                              + (" (compiler: out of memory)" if p.compiler_error else "")))
+    plans = plan_programs(spec, cfg, mesh, only,
+                          on_program=lambda name: log(f"compiling {name} ..."),
+                          on_plan=planned)
   count = _param_count(cfg)
   count = f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.1f}M"
   header = (f"plan: {spec.model.name} ({count} parameters, "
@@ -588,12 +597,13 @@ def _param_count(cfg: ModelConfig) -> int:
   return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
-def plan_json(plans: Sequence[ProgramPlan], target: Target, spec: RunSpec | None = None
-              ) -> dict[str, Any]:
-  """The plan as plain data (`--json`): one record per program, bytes per device."""
+def plan_json(plans: Sequence[ProgramPlan], target: Target, spec: RunSpec | None = None,
+              complete: bool = True) -> dict[str, Any]:
+  """The plan as plain data (`--json`): one record per program, bytes per device;
+  `complete` is False while programs are still being compiled."""
   run = {} if spec is None else {"model": spec.model.name, "mesh": dataclasses.asdict(
       spec.mesh) | {"rules": None}, "micro_batch_size": spec.rl.micro_batch_size}
-  return {**run, "target": target.name, "devices": len(target.devices),
+  return {**run, "complete": complete, "target": target.name, "devices": len(target.devices),
           "hbm_per_device": target.hbm_per_device,
           "fits": not oversized(plans, target) if target.hbm_per_device else None,
           "programs": [dict(dataclasses.asdict(p), total_bytes=p.total_bytes,
@@ -609,15 +619,19 @@ def main(argv: Sequence[str]) -> None:
   from seed_jax.train.spec import ConfigError, build_run_spec
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  def save(plans, complete=False):
+    if _JSON.value:
+      epath.Path(_JSON.value).write_text(
+          json.dumps(plan_json(plans, target, spec, complete), indent=1))
+
   try:
     spec = build_run_spec(_CONFIG.value)
     target = topology_target(_TOPOLOGY.value)
-    plans, report = run_plan(spec, target, only=_PROGRAMS.value or ())
+    plans, report = run_plan(spec, target, only=_PROGRAMS.value or (), on_plans=save)
   except (ConfigError, PlanError) as e:
     raise app.UsageError(str(e)) from None
   print(report)
-  if _JSON.value:
-    epath.Path(_JSON.value).write_text(json.dumps(plan_json(plans, target, spec), indent=1))
+  save(plans, complete=True)
   if oversized(plans, target):
     sys.exit(1)
 

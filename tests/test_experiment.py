@@ -340,8 +340,8 @@ def test_the_results_page_gives_mean_and_std_over_seeds_and_the_curves(tmp_path)
                                  command="python -m seed_jax.experiment --out=x")
   page = open(path).read()
   # 0.25 and 0.75: mean 0.5, sample std 0.354; grpo has one finished seed of two.
-  assert "| seed | 2/2 | 0.500 ± 0.354 |" in page
-  assert "| grpo | 1/2 | 0.000 ± 0.000 |" in page
+  assert "| seed | 2/2 | - | 0.500 ± 0.354 |" in page  # -: no warm start evaluated
+  assert "| grpo | 1/2 | - | 0.000 ± 0.000 |" in page
   # Training success per iteration: iteration 2 of seed is 0.5 and 1.0.
   assert "| 1 | 0.250 ± 0.000 | 0.250 ± 0.354 |" in page
   assert "| 2 | 0.750 ± 0.354 | 0.000 ± 0.000 |" in page
@@ -354,6 +354,31 @@ def test_the_results_page_gives_mean_and_std_over_seeds_and_the_curves(tmp_path)
     assert f"![{name}]({name})" in page
     with open(os.path.join(out, name), "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_arm_starts_its_held_out_curve_from_the_evaluation_of_its_warm_start(tmp_path):
+  out = str(tmp_path)
+  for seed, (bc, stage1) in enumerate([(0.25, 0.5), (0.75, 0.5)]):
+    write_run(f"{out}/warm_start/seed{seed}/bc", [], {0: bc})
+    write_run(f"{out}/warm_start/seed{seed}/stage1", [], {0: stage1})
+    write_run(f"{out}/seed/seed{seed}", [0.5], {1: 1.0}, final=1.0)
+  write_run(f"{out}/grpo/seed0", [0.5])  # interrupted before its evaluation
+  results = aggregate.read_experiment(out, ["seed", "grpo"], [0, 1],
+                                      {"seed": STAGE1, "grpo": BC})
+  assert aggregate.eval_curve(results["seed"]) == {0: [0.5, 0.5], 1: [1.0, 1.0]}
+  assert aggregate.eval_curve(results["grpo"]) == {0: [0.25, 0.75]}  # from BC, run or not
+  assert aggregate.final_success(results["grpo"][0]) is None  # the warm start's is not final
+  page = aggregate.results_markdown(results)
+  assert "| seed | 2/2 | 0.500 ± 0.000 | 1.000 ± 0.000 |" in page
+  assert "| grpo | 0/2 | 0.500 ± 0.354 | - |" in page
+
+
+def test_warm_starts_evaluate_the_checkpoint_the_arms_start_from(tmp_path):
+  jobs = by_name(plan_jobs(str(tmp_path), [get_arm("seed"), get_arm("grpo")], [0],
+                           iterations=2))
+  for name in ("warm_start/seed0/bc", "warm_start/seed0/stage1"):
+    assert dict(jobs[name].overrides)["eval.at_end"] is True
+  assert "eval.at_end" not in dict(jobs["grpo/seed0"].overrides)
 
 
 def test_a_figure_without_data_is_not_drawn(tmp_path):

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from seed_jax.experiments.jobs import warm_start_workdir
 from seed_jax.metrics import read_metrics
 
 HELD_OUT = "valid_unseen"  # unseen floor plans: the comparison's held-out split
@@ -79,13 +80,24 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in f if line.strip()]
 
 
-def read_run(workdir: str, arm: str, seed: int) -> RunResults:
-  """A run's figures; a run that has not started or finished has fewer of them."""
-  records = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+def _phases(workdir: str) -> dict[str, dict[int, dict[str, Any]]]:
+  """phase ("train", "eval") -> step -> the run's record."""
   by_phase: dict[str, dict[int, dict[str, Any]]] = {"train": {}, "eval": {}}
-  for record in records:
+  for record in read_metrics(os.path.join(workdir, "metrics.jsonl")):
     if record.get("phase") in by_phase:
       by_phase[record["phase"]][record["step"]] = record
+  return by_phase
+
+
+def read_run(workdir: str, arm: str, seed: int, warm_workdir: str = "") -> RunResults:
+  """A run's figures; a run that has not started or finished has fewer of them. The
+  evaluation of its warm start (the run in `warm_workdir`, evaluated at iteration 0)
+  becomes its own iteration 0: where its held-out curve starts."""
+  by_phase = _phases(workdir)
+  if warm_workdir:
+    warm_eval = _phases(warm_workdir)["eval"].get(0)
+    if warm_eval is not None:
+      by_phase["eval"].setdefault(0, warm_eval)
   skills = {}
   for path in glob.glob(os.path.join(workdir, "analysis", "iter_*.jsonl")):
     step = int(re.search(r"iter_(\d+)\.jsonl$", path).group(1))
@@ -97,10 +109,15 @@ def read_run(workdir: str, arm: str, seed: int) -> RunResults:
   return RunResults(arm, seed, by_phase["train"], by_phase["eval"], skills, summary)
 
 
-def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int]
-                    ) -> dict[str, list[RunResults]]:
-  """arm -> its runs (one per seed) under `out`."""
-  return {arm: [read_run(os.path.join(out, arm, f"seed{seed}"), arm, seed) for seed in seeds]
+def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
+                    warm_starts: dict[str, str] | None = None) -> dict[str, list[RunResults]]:
+  """arm -> its runs (one per seed) under `out`; `warm_starts` (arm -> `Arm.warm_start`)
+  adds each run's warm-start evaluation as its iteration 0."""
+  warm_starts = warm_starts or {}
+  return {arm: [read_run(os.path.join(out, arm, f"seed{seed}"), arm, seed,
+                         warm_start_workdir(out, seed, warm_starts[arm])
+                         if arm in warm_starts else "")
+                for seed in seeds]
           for arm in arms}
 
 
@@ -114,11 +131,12 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def final_success(run: RunResults, split: str = HELD_OUT) -> float | None:
-  """The final evaluation's success on `split`: the summary's, else the last eval record's."""
+  """The final evaluation's success on `split`: the summary's, else the last eval record's
+  after RL began (iteration 0 is the warm start's)."""
   key = f"{split}/success"
   if run.summary is not None and key in run.summary:
     return run.summary[key]
-  steps = [s for s, r in run.evals.items() if isinstance(r.get(key), (int, float))]
+  steps = [s for s, r in run.evals.items() if s > 0 and isinstance(r.get(key), (int, float))]
   return run.evals[max(steps)][key] if steps else None
 
 
@@ -194,15 +212,17 @@ def results_markdown(results: dict[str, list[RunResults]],
   splits = [HELD_OUT] + [s for s in OTHER_SPLITS
                          if any(final_success(r, s) is not None for r in all_runs)]
   lines += ["Mean ± sample standard deviation over seeds; `-`: no run has the figure yet.", "",
-            "| arm | seeds finished | " + " | ".join(f"final {s} success" for s in splits)
+            f"| arm | seeds finished | {HELD_OUT} success after the warm start | "
+            + " | ".join(f"final {s} success" for s in splits)
             + " | training success, last iteration | what it is |",
-            "|---" * (len(splits) + 4) + "|"]
+            "|---" * (len(splits) + 5) + "|"]
   for arm in arms:
     runs = results[arm]
     finished = sum(r.summary is not None for r in runs)
     final = [_fmt([final_success(r, s) for r in runs]) for s in splits]
     last = [r.train[max(r.train)].get("success") for r in runs if r.train]
-    lines.append(f"| {arm} | {finished}/{len(runs)} | " + " | ".join(final)
+    start = _fmt([r.evals.get(0, {}).get(f"{HELD_OUT}/success") for r in runs])
+    lines.append(f"| {arm} | {finished}/{len(runs)} | {start} | " + " | ".join(final)
                  + f" | {_fmt(last)} | {descriptions.get(arm, '')} |")
   curves = {arm: train_curve(results[arm]) for arm in arms}
   steps = sorted({s for c in curves.values() for s in c})
@@ -268,10 +288,11 @@ def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]
 
 
 def write_results(out: str, arms: Sequence[str], seeds: Sequence[int],
-                  descriptions: dict[str, str] | None = None, command: str = "") -> str:
-  """Reads the runs under `out`, writes `out/results.md` (headed by `command`, the one
-  that reproduces it) and the curve PNGs; returns the page's path."""
-  results = read_experiment(out, arms, seeds)
+                  descriptions: dict[str, str] | None = None, command: str = "",
+                  warm_starts: dict[str, str] | None = None) -> str:
+  """Reads the runs under `out` (see read_experiment), writes `out/results.md` (headed by
+  `command`, the one that reproduces it) and the curve PNGs; returns the page's path."""
+  results = read_experiment(out, arms, seeds, warm_starts)
   images = plot_experiment(results, out)
   path = os.path.join(out, "results.md")
   with open(path, "w") as f:

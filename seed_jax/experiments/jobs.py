@@ -57,10 +57,17 @@ class Job:
 
 
 def _warm_overrides(seed: int, algorithm: str) -> tuple[tuple[str, Any], ...]:
-  """A run that stops where RL would begin, having written only its iteration-0
-  checkpoint and summary."""
+  """A run that stops where RL would begin, having written its iteration-0 checkpoint and
+  its summary with the held-out evaluation of that checkpoint: the baseline every arm
+  that starts from it is measured against."""
   return (("algorithm", algorithm), ("seed", seed), ("rl.iterations", 0),
-          ("eval.at_end", False), ("checkpoint.export_hf", False), ("log.plots", False))
+          ("eval.at_end", True), ("checkpoint.export_hf", False), ("log.plots", False))
+
+
+def warm_start_workdir(out: str, seed: int, warm_start: str) -> str:
+  """The folder of the run that computed an arm's warm start (`Arm.warm_start`); a
+  library arm starts from the BC weights."""
+  return os.path.join(out, WARM_START, f"seed{seed}", STAGE1 if warm_start == STAGE1 else BC)
 
 
 def plan_jobs(out: str, arms: Sequence[Arm], seeds: Sequence[int], iterations: int,
@@ -70,10 +77,9 @@ def plan_jobs(out: str, arms: Sequence[Arm], seeds: Sequence[int], iterations: i
   the experiment's own keys (the warm starts' settings, the arm's) take precedence."""
   jobs = []
   for seed in seeds:
-    warm = os.path.join(out, WARM_START, f"seed{seed}")
-    bc = Job(f"{WARM_START}/seed{seed}/bc", os.path.join(warm, "bc"),
+    bc = Job(f"{WARM_START}/seed{seed}/bc", warm_start_workdir(out, seed, BC),
              _merge(user_overrides, _warm_overrides(seed, "grpo")), 0)
-    stage1 = Job(f"{WARM_START}/seed{seed}/stage1", os.path.join(warm, "stage1"),
+    stage1 = Job(f"{WARM_START}/seed{seed}/stage1", warm_start_workdir(out, seed, STAGE1),
                  _merge(user_overrides, _warm_overrides(seed, "seed") + (
                      ("init_from", _step_folder(bc.workdir, 0)), ("bc.enabled", False))),
                  0, after=(bc.name,))

@@ -74,7 +74,11 @@ class Trainer:
                                        param_dtype=spec.model.param_dtype, mesh=self.mesh)
     self.model_cfg = model.cfg
     self.graphdef, params = nnx.split(model, nnx.Param)
-    if spec.init_from:  # another run's or an HF folder's weights, before anything uses them
+    self.checkpointer = Checkpointer(checkpoint_dir or self.workdir / "checkpoints",
+                                     keep=spec.output.checkpoint_keep)
+    # Another run's or an HF folder's weights, before anything uses them; a run that will
+    # resume from its own checkpoints does not read them.
+    if spec.init_from and self.checkpointer.latest_step() is None:
       params = initial_params(spec.init_from, params, model.cfg, self.mesh)
     check_sharded_enough(params, self.mesh)
     self.sampler = Sampler(self.graphdef, params, model.cfg, tokenizer=self.tokenizer,
@@ -86,8 +90,6 @@ class Trainer:
                                       self.state_shardings)
     self.score = make_score_fn(self.graphdef, spec.train_step.logprob_chunk, self.mesh)
 
-    self.checkpointer = Checkpointer(checkpoint_dir or self.workdir / "checkpoints",
-                                     keep=spec.output.checkpoint_keep)
     self.metrics = metrics_lib.MetricsWriter(self.workdir, spec.output.tensorboard,
                                              enabled=hosts.is_primary())
     self.timer = metrics_lib.Timer()

@@ -16,6 +16,7 @@ from flax import nnx
 from seed_jax.models import export_hf, load_model, random_model
 from seed_jax.train.init_from import CHECKPOINT, HF, Weights, find_weights
 from seed_jax.train.spec import ConfigError, build_run_spec
+from seed_jax.train import trainer as trainer_lib
 from seed_jax.train.trainer import Trainer
 from tests.train.conftest import tiny_config, tiny_spec
 
@@ -126,4 +127,19 @@ def test_a_workdir_with_checkpoints_resumes_from_them_not_from_init_from(
   resumed = Trainer(tiny_spec(tiny_model, "grpo", init_from=hf, **BARE), str(tmp_path))
   assert resumed.maybe_resume()
   assert same_params(trainer_params(resumed), folder_params(tiny_model))
+  resumed.close()
+
+
+def test_a_resumed_run_does_not_read_the_init_from_weights(
+    tiny_model, other_weights, tmp_path, monkeypatch):
+  hf, _ = other_weights
+  own = Trainer(tiny_spec(tiny_model, "grpo", **BARE), str(tmp_path))
+  own.save()
+  own.close()
+
+  def no_read(*args, **kwargs):
+    raise AssertionError("init_from weights read by a run that resumes")
+  monkeypatch.setattr(trainer_lib, "initial_params", no_read)  # 16 GB for a 7B model
+  resumed = Trainer(tiny_spec(tiny_model, "grpo", init_from=hf, **BARE), str(tmp_path))
+  assert resumed.maybe_resume()
   resumed.close()

@@ -33,8 +33,11 @@ def test_every_program_compiles_for_a_tpu_slice(tiny_model, topology, mesh):
                                          "mesh.tensor": mesh[2]})
   target = plan_lib.topology_target(topology)
   assert target.devices[0].platform == "tpu"
-  plans, report = plan_lib.run_plan(spec, target, log=lambda _: None)
+  so_far = []  # what a stopped plan keeps: the programs done, one more at a time
+  plans, report = plan_lib.run_plan(spec, target, log=lambda _: None,
+                                    on_plans=lambda done: so_far.append(len(done)))
   assert _names(plans) == EVERY_PROGRAM
+  assert so_far == list(range(1, len(plans) + 1))
   for p in plans:
     assert p.argument_bytes > 0 and p.temp_bytes >= 0 and p.model_flops > 0, p
     assert p.seconds(target) > 0
@@ -86,6 +89,7 @@ def test_a_batch_that_cannot_fit_names_the_program_and_exits_1(tiny_model, tmp_p
   assert "the device has 16.00 GiB" in verdict
   saved = json.loads(out.read_text())
   assert saved["fits"] is False and saved["programs"][0]["total_bytes"] > 16 * 2**30
+  assert saved["complete"] is True
 
 
 @pytest.mark.parametrize("name,problem", [
