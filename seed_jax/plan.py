@@ -398,22 +398,23 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
   add("train_step", train_step)
 
   score = make_score_fn(graphdef, spec.train_step.logprob_chunk, mesh)
+  score_rows = spec.rl.micro_batch_size  # Trainer._score_rows: a micro-batch at a time
   for name, key, used in (("score_teacher", "teacher", spec.rl.opd and
                            spec.train_step.teacher_mode == "precomputed"),
                           ("score_reference", "student", spec.rl.kl)):
     if not used:
       continue
     length = (spec.batch.max_prompt_len + resp if key == "teacher" else student_len)
-    tokens = _rows(mesh, {"tokens": ((rows, length), jnp.int32),
-                          "mask": ((rows, length), jnp.bool_)})
+    tokens = _rows(mesh, {"tokens": ((score_rows, length), jnp.int32),
+                          "mask": ((score_rows, length), jnp.bool_)})
 
     def scoring(name=name, tokens=tokens, length=length):
-      flops = forward_flops(cfg, rows, length, resp)
+      flops = forward_flops(cfg, score_rows, length, resp)
       return _program_plan(
-          name, f"{rows} x {length}",
+          name, f"{score_rows} x {length}",
           *_compile(score.lower(params, tokens["tokens"], tokens["mask"], resp)),
           inputs=(params, tokens), held=state_bytes - param_bytes + ref_bytes,
-          model_flops=flops, hardware_flops=flops, tokens=rows * length)
+          model_flops=flops, hardware_flops=flops, tokens=score_rows * length)
 
     add(name, scoring)
 
