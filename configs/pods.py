@@ -59,11 +59,10 @@ LAYOUTS: dict[tuple[str, str], PodLayout] = {
 # 105 GiB; a quarter of the transcripts at a time and one SFT row a chip.
 for _model in _EIGHT_B:
   LAYOUTS[(_model, "v5p-8")] = PodLayout(analyzer_decode_batch=32, sft_batch_size=4)
-# The small models on 16 GiB chips, from the plan: the analyzer's prefill of all 128
-# transcripts of 16k tokens needs 24.3 GiB a v5e chip for the embedded model on v5e-4 and
-# 20.4 for Qwen2.5-1.5B on v5e-16; 17.0 and 17.8 at 32 transcripts. Fewer do not help
-# (17.95 at 16 for the embedded model): the rest does not scale with the rows (README,
-# "Planning for a TPU slice": still open).
+# The small models on 16 GiB chips, from the plan: the analyzer's KV cache for all 128
+# transcripts of 16k tokens fills a v5e chip (the embedded model on v5e-4: 32 rows a chip,
+# 11.6 GiB of cache alone); at 32 transcripts the embedded model's analysis prefill needs
+# 11.3 GiB a chip (docs/plans/embedded_v5e4_preset.json).
 for _model, _slice in (("smollm2-135m-instruct", "v5e-4"), ("qwen2.5-1.5b-instruct", "v5e-16")):
   LAYOUTS[(_model, _slice)] = PodLayout(analyzer_decode_batch=32)
 # v4-8 shows its 8 TensorCores as devices of 16 GiB: one row a device per micro-batch (the
