@@ -62,7 +62,8 @@ for _model in _EIGHT_B:
 # The small models on 16 GiB chips, from the plan: the analyzer's KV cache for all 128
 # transcripts of 16k tokens fills a v5e chip (the embedded model on v5e-4: 32 rows a chip,
 # 11.6 GiB of cache alone); at 32 transcripts the embedded model's analysis prefill needs
-# 11.3 GiB a chip (docs/plans/embedded_v5e4_preset.json).
+# 11.3 GiB a chip and Qwen2.5-1.5B's on v5e-16 9.7 (docs/plans/embedded_v5e4_preset.json,
+# q15_v5e16_preset_analysis.json).
 for _model, _slice in (("smollm2-135m-instruct", "v5e-4"), ("qwen2.5-1.5b-instruct", "v5e-16")):
   LAYOUTS[(_model, _slice)] = PodLayout(analyzer_decode_batch=32)
 # v4-8 shows its 8 TensorCores as devices of 16 GiB: one row a device per micro-batch (the
