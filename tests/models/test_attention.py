@@ -99,28 +99,3 @@ def test_the_tpu_backward_holds_one_block_of_probabilities_at_a_time():
   block_probs = h * query_block(t) * t * 4  # one block's float32 probabilities: 24 MiB
   assert compiled.memory_analysis().temp_size_in_bytes < 4 * block_probs
 
-
-@pytest.mark.slow
-def test_the_tpu_prefill_holds_one_block_of_scores_at_a_time():
-  """The sampler's prefill compiled for v5e:2x2 (fsdp 4): one layer of the embedded
-  model's shape, 16 prompts of 4,096 tokens. Without an order between the forward's
-  blocks the TPU scheduler computed their scores side by side: 1.27 GiB of temporaries
-  here, 17 GiB for a 16k-token analysis prefill of the whole model."""
-  # pylint: disable=import-outside-toplevel
-  import dataclasses
-  from seed_jax import plan
-  from seed_jax.models.attention import query_block
-  from seed_jax.models.shapes import model_config
-  from seed_jax.parallel.mesh import MeshConfig, make_mesh
-  from seed_jax.sampling.sampler import Sampler, SamplingParams
-  prompts, t = 16, 4096
-  cfg = dataclasses.replace(model_config("smollm2-135m-instruct", dtype="bfloat16",
-                                         param_dtype="float32"), num_layers=1)
-  mesh = make_mesh(MeshConfig(fsdp=4), devices=plan.topology_target("v5e:2x2").devices)
-  graphdef, params = plan.abstract_params(cfg, mesh)
-  sampler = Sampler(graphdef, params, cfg, mesh=mesh, max_cache_len=t + 512)
-  prefill = sampler.lower(prompts, t, SamplingParams(max_new_tokens=512)).prefill
-  temp = prefill.compile().memory_analysis().temp_size_in_bytes
-  rows_per_chip = prompts // 4
-  block_scores = rows_per_chip * cfg.num_heads * query_block(t) * t * 4  # 72 MiB
-  assert temp < 4 * block_scores

@@ -211,19 +211,25 @@ def test_sharded_over_the_mesh_matches_one_device(sampler, tiny_model, toy_token
   assert len(leaf.sharding.device_set) == 8
 
 
+def _v5e_sampler(cfg, max_cache_len: int) -> Sampler:
+  """A sampler over v5e:2x2's four described chips (fsdp 4) with abstract weights: its
+  programs compile for the TPU (libtpu) and are never run."""
+  # pylint: disable=import-outside-toplevel
+  from seed_jax import plan
+  from seed_jax.parallel.mesh import MeshConfig, make_mesh
+  mesh = make_mesh(MeshConfig(fsdp=4), devices=plan.topology_target("v5e:2x2").devices)
+  graphdef, params = plan.abstract_params(cfg, mesh)
+  return Sampler(graphdef, params, cfg, mesh=mesh, max_cache_len=max_cache_len)
+
+
 @pytest.mark.parametrize("num_samples", [1, 4])
 def test_the_tpu_fan_out_keeps_each_devices_cache_rows(num_samples):
   """The prefill compiled for v5e:2x2 (fsdp 4) moves no cache between devices: a device's
   prompts fan out into decode rows on that same device. A gather of the rows instead made
   XLA all-gather every layer's whole cache onto every chip (0.24 GiB a layer a chip for
   the embedded model's acting batch)."""
-  # pylint: disable=import-outside-toplevel
-  import re
-  from seed_jax import plan
-  from seed_jax.parallel.mesh import MeshConfig, make_mesh
-  mesh = make_mesh(MeshConfig(fsdp=4), devices=plan.topology_target("v5e:2x2").devices)
-  graphdef, params = plan.abstract_params(TINY, mesh)
-  sampler = Sampler(graphdef, params, TINY, mesh=mesh, max_cache_len=128)
+  import re  # pylint: disable=import-outside-toplevel
+  sampler = _v5e_sampler(TINY, max_cache_len=128)
   request = sampler.lower(8, 64, SamplingParams(max_new_tokens=64, num_samples=num_samples))
   hlo = request.prefill.compile().as_text()
   kv_dims = f"{TINY.num_kv_heads},{request.shapes['cache_len']},{TINY.head_dim}]"
@@ -231,3 +237,23 @@ def test_the_tpu_fan_out_keeps_each_devices_cache_rows(num_samples):
                            r"(?:-start)?\(", hlo)
   assert collectives, "expected the weights' all-gathers"
   assert not [dims for dims in collectives if dims.endswith(kv_dims)]
+
+
+@pytest.mark.slow
+def test_the_tpu_prefill_holds_one_block_of_attention_scores_at_a_time():
+  """One layer of the embedded model's shape, 16 prompts of 4,096 tokens, on v5e:2x2.
+  Without an order between the attention forward's query blocks the TPU scheduler
+  computed their scores side by side: 1.27 GiB of temporaries here instead of 0.10."""
+  # pylint: disable=import-outside-toplevel
+  import dataclasses
+  from seed_jax.models.attention import query_block
+  from seed_jax.models.shapes import model_config
+  prompts, t = 16, 4096
+  cfg = dataclasses.replace(model_config("smollm2-135m-instruct", dtype="bfloat16",
+                                         param_dtype="float32"), num_layers=1)
+  prefill = _v5e_sampler(cfg, max_cache_len=t + 512).lower(
+      prompts, t, SamplingParams(max_new_tokens=512)).prefill
+  temp = prefill.compile().memory_analysis().temp_size_in_bytes
+  rows_per_chip = prompts // 4
+  block_scores = rows_per_chip * cfg.num_heads * query_block(t) * t * 4  # 72 MiB
+  assert temp < 4 * block_scores
