@@ -54,9 +54,11 @@ LAYOUTS: dict[tuple[str, str], PodLayout] = {
     (model, slice_): PodLayout(micro_batch_size=32 if slice_ == "v5p-64" else 16)
     for model in MODELS for slice_ in SLICES if (model, slice_) not in TOO_SMALL
 }
-# 7B / 8B on v5p-8 (4 chips), from the plan: decoding all 128 analyzer transcripts of 16k
-# tokens at once needs 115 GiB per chip, and stage-1 SFT rows of 16,896 tokens two a chip
-# 105 GiB; a quarter of the transcripts at a time and one SFT row a chip.
+# 7B / 8B on v5p-8 (4 chips), from the plan (before the prefill fixes): decoding all 128
+# analyzer transcripts of 16k tokens at once needed 115 GiB per chip, and stage-1 SFT rows
+# of 16,896 tokens two a chip 105 GiB; a quarter of the transcripts at a time and one SFT
+# row a chip. With these, after the fixes, the 7B's largest program is the train step at
+# 61.7 GiB a chip (docs/plans/q7_v5p8_preset.json).
 for _model in _EIGHT_B:
   LAYOUTS[(_model, "v5p-8")] = PodLayout(analyzer_decode_batch=32, sft_batch_size=4)
 # The small models on 16 GiB chips, from the plan: the analyzer's KV cache for all 128
