@@ -11,8 +11,8 @@ iterations of `configs/alfworld.py:cpu` in a temporary workdir and reads each on
 rollout / analysis / update seconds from the run's metrics. The page puts every figure
 beside its comparison from the same run (the machine's measured matmul peak,
 transformers' `generate`, the naive full-logits log-prob), renders the TPU plans found in
-`--plans` (JSON files written by `python -m seed_jax.plan ... --json=PATH`, one per model;
-the file's name labels it, as the JSON does not name its model) and the H200 device check
+`--plans` (JSON files written by `python -m seed_jax.plan ... --json=PATH`, each headed by
+its model, slice and file name) and the H200 device check
 (`bench/device_check.sh`'s JSON), and keeps the raw JSON lines at the end. A bench that
 fails or times out is reported on the page with its last error line; the page is written
 all the same.
@@ -396,13 +396,16 @@ def render_plans(plans_dir: str | None) -> list[str]:
                     "`bench/run_all.py --plans=DIR` renders every JSON file in DIR.", ""]
   lines += ["Estimated by `seed_jax.plan` (compiled for the slice with abstract weights; "
             "seconds at the chip's bf16 peak and HBM bandwidth, not measured). Bytes per "
-            "device.", ""]
+            "device. The README's plans table says which files are the presets and which "
+            "predate the prefill fixes (upper bounds).", ""]
   for path in files:
     label = os.path.splitext(os.path.basename(path))[0]
     try:
       with open(path) as f:
         plan = json.load(f)
-      lines += render_plan(plan.get("model", label), plan)
+      model = plan.get("model", label)
+      lines += render_plan(f"{model} @ {plan.get('target', '?')} (`{os.path.basename(path)}`)",
+                           plan)
     except (OSError, ValueError, KeyError, TypeError) as e:
       lines += [f"### {label}", "", f"Unreadable plan file `{path}`: {e}", ""]
   return lines
@@ -411,8 +414,12 @@ def render_plans(plans_dir: str | None) -> list[str]:
 def render_plan(label: str, plan: dict[str, Any]) -> list[str]:
   hbm = plan.get("hbm_per_device")
   fits = {True: "fits", False: "**does not fit**", None: "fit unknown"}[plan.get("fits")]
+  # A plan stopped before its last program (`complete` false) has figures for some only.
+  partial = (f" (partial: {len(plan['programs'])} program"
+             f"{'s' if len(plan['programs']) != 1 else ''} planned)"
+             if plan.get("complete") is False else "")
   lines = [f"### {label}", "", f"{plan['target']}, {plan['devices']} devices, "
-           f"{fmt(hbm / GiB if hbm else None)} GiB HBM per device: {fits}.", ""]
+           f"{fmt(hbm / GiB if hbm else None)} GiB HBM per device: {fits}{partial}.", ""]
   rows = []
   for p in plan["programs"]:
     seconds = p.get("est_seconds")

@@ -62,6 +62,23 @@ def test_plans_render_as_a_table(tmp_path):
   assert "| decode_acting | 64 x 512 | 1.00 | 1 | - | - |" in text
 
 
+def test_plans_of_one_model_are_told_apart_by_slice_and_file(tmp_path):
+  program = {"name": "train_step", "shapes": "16 x 2560", "total_bytes": run_all.GiB,
+             "tokens": 40960, "est_seconds": 0.5}
+  for name, target, complete in (("q7_v5p8", "v5p:2x2x1", True),
+                                 ("q7_v5p64", "v5p:2x4x4", False)):
+    plan = {"model": "qwen2.5-7b-instruct", "target": target, "devices": 4,
+            "hbm_per_device": 95 * run_all.GiB, "fits": True, "complete": complete,
+            "programs": [program]}
+    (tmp_path / f"{name}.json").write_text(json.dumps(plan))
+  text = "\n".join(run_all.render_plans(str(tmp_path)))
+  assert "### qwen2.5-7b-instruct @ v5p:2x2x1 (`q7_v5p8.json`)" in text
+  assert "### qwen2.5-7b-instruct @ v5p:2x4x4 (`q7_v5p64.json`)" in text
+  partial = text.split("q7_v5p64.json", 1)[1]
+  assert "partial: 1 program planned" in partial
+  assert "partial" not in text.split("q7_v5p64.json", 1)[0]
+
+
 @pytest.mark.slow
 def test_device_check_tiny_runs_on_cpu_and_renders(tmp_path):
   done = subprocess.run([sys.executable, "bench/device_check.py", "--tiny"], cwd=REPO,
