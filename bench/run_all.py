@@ -399,12 +399,12 @@ def render_plans(plans_dir: str | None) -> list[str]:
             "device. The README's plans table says which files are the presets and which "
             "predate the prefill fixes (upper bounds).", ""]
   for path in files:
-    label = os.path.splitext(os.path.basename(path))[0]
+    name = os.path.basename(path)
+    label = os.path.splitext(name)[0]
     try:
       with open(path) as f:
         plan = json.load(f)
-      model = plan.get("model", label)
-      lines += render_plan(f"{model} @ {plan.get('target', '?')} (`{os.path.basename(path)}`)",
+      lines += render_plan(f"{plan.get('model', label)} @ {plan.get('target', '?')} (`{name}`)",
                            plan)
     except (OSError, ValueError, KeyError, TypeError) as e:
       lines += [f"### {label}", "", f"Unreadable plan file `{path}`: {e}", ""]
@@ -415,8 +415,8 @@ def render_plan(label: str, plan: dict[str, Any]) -> list[str]:
   hbm = plan.get("hbm_per_device")
   fits = {True: "fits", False: "**does not fit**", None: "fit unknown"}[plan.get("fits")]
   # A plan stopped before its last program (`complete` false) has figures for some only.
-  partial = (f" (partial: {len(plan['programs'])} program"
-             f"{'s' if len(plan['programs']) != 1 else ''} planned)"
+  planned = len(plan["programs"])
+  partial = (f" (partial: {planned} program{'s' if planned != 1 else ''} planned)"
              if plan.get("complete") is False else "")
   lines = [f"### {label}", "", f"{plan['target']}, {plan['devices']} devices, "
            f"{fmt(hbm / GiB if hbm else None)} GiB HBM per device: {fits}{partial}.", ""]
