@@ -46,6 +46,18 @@ def test_every_algorithm_is_an_arm_starting_from_the_warm_start_it_would_compute
   assert arm.algorithm == name and arm.warm_start == warm_start
 
 
+@pytest.mark.parametrize("name, told", [
+    ("grpo", "GRPO alone, no stage 1"),
+    ("no_opd", "GRPO alone, after stage-1 SFT"),
+    ("no_sft", "GRPO + OPD, no stage 1; the teacher sees skills from the policy's own "
+               "analyses"),
+    ("skill_grpo", "GRPO, no stage 1; skills from a fixed library in the acting prompt"),
+    ("static_library", "GRPO + OPD, after stage-1 SFT; the teacher sees skills from a "
+                       "fixed library")])
+def test_the_results_page_says_what_each_algorithm_arm_trains_with(name, told):
+  assert get_arm(name).description == told
+
+
 def test_an_unknown_arm_fails_listing_the_known_ones():
   with pytest.raises(ValueError, match="seed_oracle.*grpo"):
     get_arm("gpro")

@@ -81,7 +81,7 @@ def get_arm(name: str) -> Arm:
   if name in VARIANTS:
     return VARIANTS[name]
   if name in ALGORITHMS:
-    return Arm(name, name, (), f"the {name} algorithm (seed_jax/train/algorithms.py)")
+    return Arm(name, name, (), get_algorithm(name).description)
   raise ValueError(f"unknown arm {name!r}; choose among {', '.join(ARM_NAMES)}")
 
 
