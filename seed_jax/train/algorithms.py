@@ -31,10 +31,10 @@ class Algorithm:
   @property
   def description(self) -> str:
     """One line saying what the algorithm trains with, read off its fields."""
-    loss = "GRPO + OPD" if self.opd else "GRPO" if self.acting_skills else "GRPO alone"
     warm = "after stage-1 SFT" if self.stage1_sft else "no stage 1"
     if self.skill_source is None:
-      return f"{loss}, {warm}"
+      return f"GRPO alone, {warm}"
+    loss = "GRPO + OPD" if self.opd else "GRPO"
     source = {"policy": "the policy's own analyses", "library": "a fixed library"}[
         self.skill_source]
     used = f"the teacher sees skills from {source}" if self.opd else (
