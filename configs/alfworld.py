@@ -42,7 +42,7 @@ def _compare(c):
 
   Measured on a 2-core machine, alone: a SEED iteration takes about 10 minutes (rollout
   116 s, analysis 82, update 399: 16 episodes make ~110 turn rows of ~700 tokens, updated at
-  ~250 GFLOP/s) and a held-out evaluation about 5, so an arm takes ~50 minutes and three
+  ~250 GFLOP/s) and a held-out evaluation about 5, so an arm takes 30 to 50 minutes and three
   arms x three seeds, with their warm starts, 10 to 13 hours; see docs/results.md."""
   _cpu(c)
   c.env.num_games = {"train": 24, "valid_seen": 3, "valid_unseen": 24}
