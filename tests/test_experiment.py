@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -207,6 +208,52 @@ def test_an_interrupted_experiment_continues_where_it_stopped(tmp_path):
   # Only the interrupted run ran again, from its own last checkpoint, not from the
   # warm start copied in before its first start.
   assert resumed.started == [("seed/seed0", 1)]
+
+
+def fresh_clone(jobs, unfinished=()):
+  """What a clone of a results folder holds: every run's record, no checkpoint; the runs
+  named `unfinished` had not finished (no summary)."""
+  for job in jobs:
+    shutil.rmtree(os.path.join(job.workdir, "checkpoints"))
+    if job.name in unfinished:
+      os.remove(os.path.join(job.workdir, "summary.json"))
+
+
+def test_a_warm_start_whose_checkpoint_is_gone_is_computed_again_for_a_run_to_start(
+    tmp_path):
+  jobs = plan(tmp_path)
+  run_jobs(jobs, FakeTrainer(), log=lambda _: None)
+  fresh_clone(jobs, unfinished=["grpo/seed0"])
+  again = FakeTrainer()
+  outcome = run_jobs(jobs, again, log=lambda _: None)
+  assert outcome.complete
+  # grpo starts from BC only: stage 1 and the other seed are not computed again.
+  assert again.started == [("warm_start/seed0/bc", 0), ("grpo/seed0", 0)]
+  bc = by_name(jobs)["warm_start/seed0/bc"].workdir
+  assert json.load(open(os.path.join(bc, "superseded", "0", "summary.json"))) == {
+      "iterations": 0}
+  assert checkpoint_steps(os.path.join(tmp_path, "grpo", "seed0")) == [0, 1, 2]
+
+
+def test_a_stage_1_computed_again_first_computes_again_the_bc_it_starts_from(tmp_path):
+  jobs = plan(tmp_path)
+  run_jobs(jobs, FakeTrainer(), log=lambda _: None)
+  fresh_clone(jobs, unfinished=["seed/seed1"])
+  again = FakeTrainer()
+  assert run_jobs(jobs, again, log=lambda _: None).complete
+  assert [name for name, _ in again.started] == [
+      "warm_start/seed1/bc", "warm_start/seed1/stage1", "seed/seed1"]
+
+
+def test_a_run_that_resumes_from_its_own_checkpoint_needs_no_warm_start_again(tmp_path):
+  jobs = plan(tmp_path)
+  run_jobs(jobs, FakeTrainer(die_in="grpo/seed0", die_after=1), log=lambda _: None)
+  for job in jobs:
+    if job.name.startswith("warm_start/"):
+      shutil.rmtree(os.path.join(job.workdir, "checkpoints"))
+  again = FakeTrainer()
+  assert run_jobs(jobs, again, log=lambda _: None).complete
+  assert again.started == [("grpo/seed0", 1)]
 
 
 def test_a_failed_warm_start_holds_back_the_arms_of_its_seed_only(tmp_path):

@@ -15,7 +15,11 @@ Per seed, the warm start is computed once and every arm starts RL from it:
 A run is finished when its summary.json says it reached its configured iterations (the
 trainer writes it at the very end; a preempted run writes none). Finished runs are skipped;
 any other run is started again with the same command, and the trainer resumes it from the
-last checkpoint in its workdir.
+last checkpoint in its workdir. A finished warm start whose checkpoint is gone (the records
+of a run are kept, its checkpoints are not: a fresh clone of a results folder) while a run
+still to start fresh needs it is computed again, its earlier record moved to
+`<workdir>/superseded/<n>/`: on CPU the same seed computes the same warm start, which the
+log lets one check (the earlier and the new held-out success).
 """
 
 from __future__ import annotations
@@ -167,6 +171,56 @@ def prepare_workdir(job: Job) -> bool:
   return copied
 
 
+def _missing_inputs(job: Job) -> list[str]:
+  """The paths a job would read on a fresh start that are not there; none when it resumes
+  (it has a checkpoint of its own)."""
+  if checkpoint_steps(job.workdir):
+    return []
+  needed = [job.warm_checkpoint, dict(job.overrides).get("init_from", "")]
+  if not os.path.isdir(os.path.join(job.workdir, "stage1")):
+    needed.append(job.warm_stage1)
+  return [path for path in needed if path and not os.path.exists(path)]
+
+
+def stale_warm_starts(jobs: Sequence[Job], finished: set[str]) -> list[Job]:
+  """The finished jobs to compute again because a job still to run needs a file of
+  theirs that is gone (and, for those, the jobs they start from), in the jobs' order."""
+  by_name = {job.name: job for job in jobs}
+  redo: set[str] = set()
+  to_check = [job for job in jobs if job.name not in finished]
+  while to_check:
+    job = to_check.pop()
+    for path in _missing_inputs(job):
+      for name in job.after:
+        source = by_name[name]
+        inside = os.path.commonpath([os.path.abspath(path), os.path.abspath(source.workdir)])
+        if (name in finished and name not in redo
+            and inside == os.path.abspath(source.workdir)):
+          redo.add(name)
+          to_check.append(source)
+  return [job for job in jobs if job.name in redo]
+
+
+def supersede(job: Job) -> str:
+  """Moves a finished job's record aside, to `<workdir>/superseded/<n>/`, so that it runs
+  again from the start. Returns that folder."""
+  root = os.path.join(job.workdir, "superseded")
+  os.makedirs(root, exist_ok=True)
+  target = os.path.join(root, str(len(os.listdir(root))))
+  os.makedirs(target)
+  for entry in os.listdir(job.workdir):
+    if entry != "superseded":
+      os.rename(os.path.join(job.workdir, entry), os.path.join(target, entry))
+  return target
+
+
+def _held_out_success(summary: dict[str, Any] | None) -> Any:
+  """The summary's held-out success rates (whatever the splits), for the log."""
+  if not summary:
+    return None
+  return {key: value for key, value in summary.items() if key.endswith("/success")}
+
+
 # ------------------------------------------------------------------ running
 
 # Runs one job (its workdir prepared) and returns its exit status.
@@ -200,6 +254,14 @@ def run_jobs(jobs: Sequence[Job], runner: Runner, parallel: int = 1,
     if is_finished(job):
       done.add(job.name)
       outcome.skipped.append(job.name)
+  earlier: dict[str, dict[str, Any] | None] = {}
+  for job in stale_warm_starts(jobs, done):
+    earlier[job.name] = run_summary(job.workdir)
+    kept = supersede(job)
+    done.discard(job.name)
+    outcome.skipped.remove(job.name)
+    log(f"[experiment] {job.name} is computed again: a run still to start needs its "
+        f"checkpoint, which is gone (its earlier record: {kept})")
   pending = [job for job in jobs if job.name not in done]
 
   def start(job: Job) -> int:
@@ -227,6 +289,10 @@ def run_jobs(jobs: Sequence[Job], runner: Runner, parallel: int = 1,
           done.add(job.name)
           outcome.finished.append(job.name)
           log(f"[experiment] finished {job.name}")
+          if job.name in earlier:
+            log(f"[experiment] {job.name} held-out success: now "
+                f"{_held_out_success(run_summary(job.workdir))}, before "
+                f"{_held_out_success(earlier[job.name])}")
         else:
           outcome.unfinished.append(job.name)
           log(f"[experiment] {job.name} did not finish ({status!r}); the same command "
