@@ -2,7 +2,7 @@
 
   python -m seed_jax.main --config=configs/alfworld.py          # paper settings
   python -m seed_jax.main --config=configs/alfworld.py:cpu      # a few minutes on 2 cores
-  python -m seed_jax.experiment --config=configs/alfworld.py:compare --out=runs/exp
+  python -m seed_jax.experiment --config=configs/alfworld.py:compare --out=results/alfworld_compare
                                   # SEED, SEED (oracle), GRPO, 3 seeds: 10-13 h on 2 cores
 """
 
