@@ -3,7 +3,7 @@
   python -m seed_jax.main --config=configs/alfworld.py          # paper settings
   python -m seed_jax.main --config=configs/alfworld.py:cpu      # a few minutes on 2 cores
   python -m seed_jax.experiment --config=configs/alfworld.py:compare --out=results/alfworld_compare
-                                  # SEED, SEED (oracle), GRPO, 3 seeds: 10-13 h on 2 cores
+                                  # SEED, SEED (oracle), GRPO, 3 seeds: ~5 h on 2 cores
 """
 
 from configs import base
@@ -40,10 +40,10 @@ def _compare(c):
   model, with enough games and episodes for a success curve to move, held-out evaluation
   on unseen floor plans, and one budget for every arm.
 
-  Measured on a 2-core machine, alone: a SEED iteration takes about 10 minutes (rollout
-  116 s, analysis 82, update 399: 16 episodes make ~110 turn rows of ~700 tokens, updated at
-  ~250 GFLOP/s) and a held-out evaluation about 5, so an arm takes 30 to 50 minutes and three
-  arms x three seeds, with their warm starts, 10 to 13 hours; see docs/results.md."""
+  Measured on a 2-core machine, alone (seed 2): behaviour cloning 11 minutes, stage 1 6,
+  an arm 24 to 29 (iterations of 4 to 8 minutes, mostly the update of ~110 turn rows of ~700
+  tokens at ~250 GFLOP/s, and two held-out evaluations of ~4), so a seed takes ~94 minutes
+  and three seeds ~4.7 hours; see docs/results.md."""
   _cpu(c)
   c.env.num_games = {"train": 24, "valid_seen": 3, "valid_unseen": 24}
   c.rollout.tasks_per_batch = 4  # 4 games x 4 episodes = 16 episodes an iteration
