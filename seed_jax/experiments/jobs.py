@@ -18,8 +18,8 @@ any other run is started again with the same command, and the trainer resumes it
 last checkpoint in its workdir. A finished warm start whose checkpoint is gone (the records
 of a run are kept, its checkpoints are not: a fresh clone of a results folder) while a run
 still to start fresh needs it is computed again, its earlier record moved to
-`<workdir>/superseded/<n>/`: on CPU the same seed computes the same warm start, which the
-log lets one check (the earlier and the new held-out success).
+`<workdir>/superseded/<n>/`; the log gives its earlier and its new held-out success, to
+check that the same seed computed the same warm start.
 """
 
 from __future__ import annotations
