@@ -256,6 +256,30 @@ def test_a_run_that_resumes_from_its_own_checkpoint_needs_no_warm_start_again(tm
   assert again.started == [("grpo/seed0", 1)]
 
 
+def test_a_resuming_run_whose_stage_1_annotations_are_gone_gets_stage_1_again(tmp_path):
+  jobs = plan(tmp_path, arms=("skill_grpo",), seeds=(0,))
+  arm = by_name(jobs)["skill_grpo/seed0"]
+
+  def writing_annotations(trainer):
+    """The trainer, its stage 1 writing the annotations a library arm copies in."""
+    def run(job):
+      if job.name.endswith("stage1"):
+        os.makedirs(arm.warm_stage1, exist_ok=True)
+      return trainer(job)
+    return run
+
+  run_jobs(jobs, writing_annotations(FakeTrainer(die_in=arm.name, die_after=1)),
+           log=lambda _: None)
+  # Stopped between its warm copies: its own checkpoint is there, its annotations are
+  # not, and neither are stage 1's.
+  shutil.rmtree(os.path.join(arm.workdir, "stage1"))
+  shutil.rmtree(arm.warm_stage1)
+  again = FakeTrainer()
+  assert run_jobs(jobs, writing_annotations(again), log=lambda _: None).complete
+  assert again.started == [("warm_start/seed0/stage1", 0), (arm.name, 1)]
+  assert os.path.isdir(os.path.join(arm.workdir, "stage1"))
+
+
 def test_a_failed_warm_start_holds_back_the_arms_of_its_seed_only(tmp_path):
   jobs = plan(tmp_path)
   outcome = run_jobs(jobs, FakeTrainer(die_in="warm_start/seed0/bc", die_after=0),

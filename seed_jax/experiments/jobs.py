@@ -148,37 +148,38 @@ def checkpoint_steps(workdir: str) -> list[int]:
                 if n.isdigit() and os.path.isdir(os.path.join(folder, n)))
 
 
-def prepare_workdir(job: Job) -> bool:
-  """Before a job's first start, copies its warm start into its workdir: the warm
-  checkpoint as `checkpoints/0` (a whole folder or nothing: copied aside, then renamed),
-  and the stage-1 annotations. A workdir with a checkpoint of its own is left alone (the
-  run resumes from it). Returns whether anything was copied."""
-  copied = False
+def _warm_copies(job: Job) -> list[tuple[str, str, str]]:
+  """What a job's next start copies into its workdir, as (name, source, target): the warm
+  checkpoint as `checkpoints/0` unless the workdir has a checkpoint of its own (the run
+  resumes from it), and the stage-1 annotations unless they are there already."""
+  copies = []
   if job.warm_checkpoint and not checkpoint_steps(job.workdir):
-    staging = os.path.join(job.workdir, ".warm_start_copy")
+    copies.append(("start", job.warm_checkpoint, _step_folder(job.workdir, 0)))
+  if job.warm_stage1 and not os.path.isdir(os.path.join(job.workdir, "stage1")):
+    copies.append(("stage1", job.warm_stage1, os.path.join(job.workdir, "stage1")))
+  return copies
+
+
+def prepare_workdir(job: Job) -> bool:
+  """Before a job's first start, copies its warm start into its workdir (`_warm_copies`),
+  each a whole folder or nothing: copied aside, then renamed. Returns whether anything was
+  copied."""
+  copies = _warm_copies(job)
+  for name, source, target in copies:
+    staging = os.path.join(job.workdir, f".warm_{name}_copy")
     shutil.rmtree(staging, ignore_errors=True)  # a copy interrupted earlier
-    shutil.copytree(job.warm_checkpoint, staging)
-    os.makedirs(os.path.join(job.workdir, "checkpoints"), exist_ok=True)
-    os.rename(staging, _step_folder(job.workdir, 0))
-    copied = True
-  target = os.path.join(job.workdir, "stage1")
-  if job.warm_stage1 and not os.path.isdir(target):
-    staging = os.path.join(job.workdir, ".warm_stage1_copy")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(job.warm_stage1, staging)
+    shutil.copytree(source, staging)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
     os.rename(staging, target)
-    copied = True
-  return copied
+  return bool(copies)
 
 
 def _missing_inputs(job: Job) -> list[str]:
-  """The paths a job would read on a fresh start that are not there; none when it resumes
-  (it has a checkpoint of its own)."""
-  if checkpoint_steps(job.workdir):
-    return []
-  needed = [job.warm_checkpoint, dict(job.overrides).get("init_from", "")]
-  if not os.path.isdir(os.path.join(job.workdir, "stage1")):
-    needed.append(job.warm_stage1)
+  """The paths a job's next start would read that are not there: its warm copies and,
+  when it starts fresh (no checkpoint of its own), the parameters it initialises from."""
+  needed = [source for _, source, _ in _warm_copies(job)]
+  if not checkpoint_steps(job.workdir):
+    needed.append(dict(job.overrides).get("init_from", ""))
   return [path for path in needed if path and not os.path.exists(path)]
 
 
