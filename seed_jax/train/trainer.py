@@ -33,6 +33,7 @@ from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed.analysis_file import write_analysis_file
 from seed_jax.seed.batch import build_batch, trajectory_gate_stats
+from seed_jax.seed.losses import combine_step_metrics
 from seed_jax.seed.skills import augment_prompt
 from seed_jax.seed.train_step import (init_train_state, make_score_fn, make_train_step,
                                       train_state_shardings)
@@ -455,18 +456,16 @@ class Trainer:
     if spec.rl.kl:
       batch["ref_logprobs"] = self._score_rows(self.ref_params, batch["student_tokens"],
                                                batch["student_mask"], resp_len)
-    sums: dict[str, list[float]] = {}
+    steps: list[dict[str, np.ndarray]] = []
     size = spec.rl.mini_batch_size
     rows = batch["advantages"].shape[0]
     for start in hosts.progress(range(0, rows, size), desc="update", unit="mini-batch",
                                 leave=False):
       mini = {k: v[start:start + size] for k, v in batch.items()}
       self.state, m = self.train_step(self.state, hosts.put_rows(mini, self.mesh))
-      for k, v in hosts.fetch(m).items():
-        sums.setdefault(k, []).append(np.asarray(v))
+      steps.append(hosts.fetch(m))
       self._stop_if_preempted()
-    out = {k: (np.mean(v, axis=0).tolist() if np.ndim(v[0]) else float(np.mean(v)))
-           for k, v in sums.items()}
+    out = combine_step_metrics(steps)
     out.update({f"batch_{k}": v for k, v in bstats.items()})
     return out, gates
 

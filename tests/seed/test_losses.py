@@ -184,3 +184,40 @@ def test_combined_microbatch_sums_give_full_batch_mean():
   split_total = sum(losses.total_loss(p, full["tokens"], full["opd_tokens"], cfg) for p in parts)
   np.testing.assert_allclose(
       split_total, losses.total_loss(full, full["tokens"], full["opd_tokens"], cfg), rtol=1e-5)
+
+
+def _step_metrics(entropy, gate, delta):
+  """What a step reports (`finalize_metrics`'s meanings), computed directly: means over
+  its tokens and its OPD-active tokens, 0 where it has none."""
+  has_opd = len(gate) > 0
+  return {"tokens": len(entropy), "opd_tokens": len(gate), "entropy": entropy.mean(),
+          "gate_mean": gate.mean() if has_opd else 0.0,
+          "delta_mean": delta.mean() if has_opd else 0.0,
+          "delta_std": delta.std() if has_opd else 0.0,
+          "delta_max": delta.max() if has_opd else 0.0,
+          "delta_min": delta.min() if has_opd else 0.0,
+          "grad_norm": 1.0 + len(entropy)}
+
+
+def test_an_update_reports_token_means_over_all_its_steps_tokens():
+  rng = np.random.default_rng(0)
+  # Three optimizer steps of an update; the second has no OPD-active token.
+  entropy = [rng.random(n) for n in (12, 7, 30)]
+  gate = [rng.random(5), np.zeros(0), rng.random(21)]
+  delta = [rng.normal(-0.5, 1, 5), np.zeros(0), rng.normal(0.3, 2, 21)]
+  update = losses.combine_step_metrics(
+      [_step_metrics(*step) for step in zip(entropy, gate, delta)])
+  all_gate, all_delta = np.concatenate(gate), np.concatenate(delta)
+  np.testing.assert_allclose(update["entropy"], np.concatenate(entropy).mean(), rtol=1e-12)
+  np.testing.assert_allclose(update["gate_mean"], all_gate.mean(), rtol=1e-12)
+  np.testing.assert_allclose(update["delta_mean"], all_delta.mean(), rtol=1e-12)
+  np.testing.assert_allclose(update["delta_std"], all_delta.std(), rtol=1e-9)
+  assert update["delta_max"] == all_delta.max() and update["delta_min"] == all_delta.min()
+  assert update["grad_norm"] == np.mean([13, 8, 31])  # per step, not per token
+
+
+def test_an_update_without_opd_tokens_reports_its_opd_means_as_zero():
+  steps = [_step_metrics(np.ones(4), np.zeros(0), np.zeros(0))] * 2
+  update = losses.combine_step_metrics(steps)
+  assert update["gate_mean"] == update["delta_std"] == update["delta_max"] == 0.0
+  assert update["entropy"] == 1.0
