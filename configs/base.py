@@ -68,6 +68,9 @@ def get_base_config() -> ml_collections.ConfigDict:
           max_http_retries=3)),
       static_library="",        # JSON file of skills per task type (static_library algo)
   ))
+  # Where H puts a skill (OPD teacher, Skill-GRPO's acting prompt): after the task line
+  # (the paper's) | end (of the user message, next to the generation) | system (message).
+  c.skill_placement = "task_line"
 
   c.rl = ml_collections.ConfigDict(dict(
       iterations=150,
@@ -114,6 +117,11 @@ def get_base_config() -> ml_collections.ConfigDict:
       epochs=1,
       learning_rate=1e-5,
       batch_size=8,
+      # Small-model aids (issue 24; off in the paper presets): the share of cloned steps
+      # shown again with the game's oracle skill through H (a skill-reading warm start), and
+      # RL on the training games the warm start did not clone.
+      skill_fraction=0.0,
+      disjoint=False,
   ))
 
   c.eval = ml_collections.ConfigDict(dict(

@@ -53,6 +53,11 @@ def fraction(v: Any) -> bool:
   return _number(v) and 0 <= v < 1
 
 
+def unit_interval(v: Any) -> bool:
+  """In [0, 1]."""
+  return _number(v) and 0 <= v <= 1
+
+
 def one_of(choices: Iterable[Any]) -> Callable[[Any], bool]:
   choices = tuple(choices)
   return lambda v: v in choices

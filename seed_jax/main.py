@@ -61,6 +61,10 @@ def main(argv: Sequence[str]) -> None:
     spec = build_run_spec(config)
   except ConfigError as e:
     raise app.UsageError(str(e)) from None
+  # A model shape is a valid spec (a dry run plans it) but has no weights to train.
+  weights_error = None if _DRY_RUN.value else spec.model.weights_error()
+  if weights_error:
+    raise app.UsageError(weights_error)
   # The mesh against the devices (all hosts' with --multihost) before the model is loaded.
   mesh_error = (cli.mesh_error(spec.mesh, jax.device_count())
                 or cli.batch_error(spec, jax.device_count()))

@@ -398,7 +398,7 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
   add("train_step", train_step)
 
   score = make_score_fn(graphdef, spec.train_step.logprob_chunk, mesh)
-  score_rows = spec.rl.micro_batch_size  # Trainer._score_rows: a micro-batch at a time
+  score_rows = spec.rl.micro_batch_size  # Trainer.score_rows: a micro-batch at a time
   for name, key, used in (("score_teacher", "teacher", spec.rl.opd and
                            spec.train_step.teacher_mode == "precomputed"),
                           ("score_reference", "student", spec.rl.kl)):

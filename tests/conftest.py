@@ -31,3 +31,12 @@ def mesh():
   from seed_jax.parallel import MeshConfig, make_mesh  # pylint: disable=import-outside-toplevel
   assert jax.device_count() == NUM_DEVICES, jax.devices()
   return make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+  """The embedded SmolLM2 tokenizer (real byte-level BPE and chat template), no weights."""
+  # pylint: disable=import-outside-toplevel
+  from seed_jax.models.embedded import embedded_model_dir
+  from seed_jax.models.tokenizer import load_tokenizer
+  return load_tokenizer(embedded_model_dir())

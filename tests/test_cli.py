@@ -74,6 +74,19 @@ def test_a_value_the_run_spec_rejects_names_the_key_without_the_flag_help():
   assert line.startswith("config.rl.lambda_opd: ") and "-1" in line
 
 
+@pytest.mark.parametrize("override,key", [
+    ("--config.rl.learning_rate=-1", "config.rl.learning_rate"),
+    ("--config.model.name=/nonexistent", "config.model.name"),
+    ("--config.model.name=qwen2.5-7b-instruct", "config.model.name"),  # a shape: no weights
+])
+def test_a_bad_rate_or_model_is_refused_before_the_run_folder_is_made(override, key, tmp_path):
+  workdir = tmp_path / "run"
+  result = command("seed_jax.main", "--config=configs/alfworld.py:cpu", override,
+                   f"--workdir={workdir}")
+  assert one_line_usage_error(result).startswith(f"{key}: ")
+  assert result.stdout == "" and not workdir.exists()
+
+
 def test_an_unknown_preset_lists_the_known_ones():
   line = one_line_usage_error(command("seed_jax.main", "--config=configs/sokoban.py:nope"))
   assert line.startswith("--config=configs/sokoban.py:nope: ")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import jax
+import ml_collections
 import pytest
 
 from configs import run as run_config
@@ -70,6 +71,13 @@ def test_a_mistake_fails_in_one_line_naming_it(fake_run, args, line):
   assert not os.path.exists(os.path.join(fake_run, "eval"))
 
 
+def test_a_run_whose_library_file_is_gone_can_still_be_evaluated(fake_run):
+  # The spec checks analyzer.static_library exists; the checkpoint holds the library.
+  config = ml_collections.ConfigDict(run_config.get_config(fake_run).to_dict())
+  config.analyzer.static_library = "/gone/library.json"
+  assert build_run_spec(checkpoint_eval_config(config)).static_library == ""
+
+
 def test_a_run_without_checkpoints_fails_in_one_line(fake_run, tmp_path):
   (tmp_path / "config.json").write_text(open(os.path.join(fake_run, "config.json")).read())
   result = command("seed_jax.evaluate", f"--workdir={tmp_path}")
@@ -84,6 +92,7 @@ def test_the_evaluation_config_is_the_runs_writing_only_a_summary(fake_run):
   config = run_config.get_config(fake_run)
   expected = config.to_dict()
   expected["init_from"] = ""  # the checkpoint's weights are the ones evaluated
+  expected["analyzer"]["static_library"] = ""  # and its library (Trainer.restore)
   expected["checkpoint"]["export_hf"] = False  # --export says where
   expected["log"].update(plots=False, tensorboard=False)
   expected["eval"]["splits"] = ("valid_unseen",)

@@ -369,12 +369,13 @@ def test_a_stop_reaches_the_running_run_as_the_sigterm_it_checkpoints_on(tmp_pat
 # ------------------------------------------------------------------ aggregation
 
 
-def write_run(folder, train_success, eval_success=None, final=None, skills=None):
-  """A run folder as the trainer leaves it: metrics.jsonl, summary.json, analysis/."""
+def write_run(folder, train_success, eval_success=None, final=None, skills=None, gap=None):
+  """A run folder as the trainer leaves it: metrics.jsonl, summary.json, analysis/; `gap`:
+  teacher-gap figures of every train record."""
   os.makedirs(folder, exist_ok=True)
   records = [{"step": 0, "phase": "bc", "loss": 1.0}]
-  records += [{"step": i + 1, "phase": "train", "success": s, "gate_mean": 0.5 + 0.01 * i}
-              for i, s in enumerate(train_success)]
+  records += [{"step": i + 1, "phase": "train", "success": s, "gate_mean": 0.5 + 0.01 * i,
+               **(gap or {})} for i, s in enumerate(train_success)]
   records += [{"step": step, "phase": "eval", "valid_unseen/success": s}
               for step, s in (eval_success or {}).items()]
   with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
@@ -437,6 +438,26 @@ def test_the_results_page_gives_mean_and_std_over_seeds_and_the_curves(tmp_path)
     assert f"![{name}]({name})" in page
     with open(os.path.join(out, name), "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_results_page_shows_the_teacher_gap_of_each_arm(tmp_path):
+  out = str(tmp_path)
+  skills = {1: [{"task": "put a mug on desk", "skill": "take the mug to the desk"}]}
+  for seed, (action, rest) in enumerate([(0.25, -0.05), (0.75, -0.15)]):
+    write_run(f"{out}/seed/seed{seed}", [0.5], skills=skills, gap={
+        "gap_action_delta_mean": action, "gap_rest_delta_mean": rest,
+        "gap_action_gate_above_0.6": 0.5})
+  write_run(f"{out}/grpo/seed0", [0.5], skills=skills)  # no teacher gap: joint mode, say
+  path = aggregate.write_results(out, ["seed", "grpo"], [0, 1])
+  page = open(path).read()
+  assert "| OPD gate mean | teacher gap, action block | teacher gap, rest |" in page
+  # Action block 0.25 and 0.75, rest -0.05 and -0.15; won / failed not recorded.
+  assert ("| seed | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | "
+          "0.500 ± 0.354 | -0.100 ± 0.071 | 0.500 ± 0.000 | - | - |") in page
+  assert "| grpo | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | - |" in page
+  assert "![teacher_gap.png](teacher_gap.png)" in page
+  with open(os.path.join(out, "teacher_gap.png"), "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_each_arm_starts_its_held_out_curve_from_the_evaluation_of_its_warm_start(tmp_path):

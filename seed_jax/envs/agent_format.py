@@ -28,6 +28,25 @@ _CHINESE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _ACTION_OPEN, _ACTION_CLOSE = "<action>", "</action>"
+# The tags that hold a response's env action across the env families: `<action>` (ALFWorld,
+# WebShop, Sokoban) and the search env's `<search>` / `<answer>`.
+_ACTION_BLOCK_OPEN = re.compile(r"<(action|search|answer)>", re.IGNORECASE)
+
+
+def action_char_span(text: str) -> tuple[int, int] | None:
+  """The character span `[start, end)` of the response's action block, or None.
+
+  The block runs from the LAST `<action>`, `<search>` or `<answer>` opening tag (any case)
+  through its closing tag, both tags included; an unclosed block runs to the end of the
+  text (samplers stop on the closing tag and may drop it). The last one, because a response
+  that names a tag in its reasoning before acting still acts with its final block.
+  """
+  opens = list(_ACTION_BLOCK_OPEN.finditer(text))
+  if not opens:
+    return None
+  last = opens[-1]
+  close = re.compile(rf"</{last.group(1)}>", re.IGNORECASE).search(text, last.end())
+  return last.start(), close.end() if close else len(text)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -190,12 +190,28 @@ CURVES: dict[str, list[tuple[str, Callable]]] = {
                      ("OPD shift (teacher - student log-prob)",
                       lambda runs: train_curve(runs, "delta_mean")),
                      ("OPD-active tokens", lambda runs: train_curve(runs, "opd_tokens"))],
+    # The teacher gap at theta_old (`seed_jax.seed.token_gap`; "precomputed" teacher mode):
+    # on one y scale, so the action block and the rest compare at a glance.
+    "teacher_gap.png": [
+        (f"teacher gap, {part}: mean delta (nats/token)",
+         lambda runs, key=key: train_curve(runs, f"gap_{key}_delta_mean"))
+        for part, key in (("action block", "action"), ("rest of the response", "rest"),
+                          ("won trajectories", "won"), ("failed trajectories", "failed"))],
     "skills.png": [("skills parsed (share of trajectories)",
                     lambda runs: skill_curve(runs, "parse_rate")),
                    ("skill length (words)", lambda runs: skill_curve(runs, "skill_words")),
                    ("skills naming all the task's objects",
                     lambda runs: skill_curve(runs, "names_objects"))],
 }
+
+SHARED_Y = frozenset({"teacher_gap.png"})  # CURVES files whose panels share one y scale
+
+# The teacher-gap columns of the skills table: (header, `train` record key).
+GAP_COLUMNS = (("teacher gap, action block", "gap_action_delta_mean"),
+               ("teacher gap, rest", "gap_rest_delta_mean"),
+               ("action tokens with gate > 0.6", "gap_action_gate_above_0.6"),
+               ("teacher gap, won", "gap_won_delta_mean"),
+               ("teacher gap, failed", "gap_failed_delta_mean"))
 
 
 def results_markdown(results: dict[str, list[RunResults]],
@@ -233,16 +249,21 @@ def results_markdown(results: dict[str, list[RunResults]],
   skill_arms = [a for a in arms if any(r.skills for r in results[a])]
   if skill_arms:
     lines += ["", "## Skills and the OPD gate, last iteration", "",
+              "Teacher gap: the mean shift `delta = teacher - student log-prob` of the "
+              "OPD-active tokens at theta_old (\"precomputed\" teacher mode only).", "",
               "| arm | skills parsed | skill words | skills naming the task's objects "
-              "| OPD gate mean |", "|---|---|---|---|---|"]
+              "| OPD gate mean | " + " | ".join(h for h, _ in GAP_COLUMNS) + " |",
+              "|---" * (5 + len(GAP_COLUMNS)) + "|"]
     for arm in skill_arms:
       runs = [r for r in results[arm] if r.skills]
       last = [r.skills[max(r.skills)] for r in runs]
-      gates = [r.train[max(r.train)].get("gate_mean") for r in runs if r.train]
+      final = [r.train[max(r.train)] for r in runs if r.train]
       lines.append(f"| {arm} | {_fmt([q['parse_rate'] for q in last])} | "
                    f"{_fmt([q['skill_words'] for q in last])} | "
                    f"{_fmt([q['names_objects'] for q in last])} | "
-                   f"{_fmt(gates)} |")
+                   f"{_fmt([t.get('gate_mean') for t in final])} | "
+                   + " | ".join(_fmt([t.get(key) for t in final]) for _, key in GAP_COLUMNS)
+                   + " |")
   if images:
     lines += ["", "## Curves", "", "Lines: the mean over seeds; bands: ± one standard "
               "deviation.", ""] + [f"![{name}]({name})" for name in images]
@@ -262,7 +283,8 @@ def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]
     data = [(title, arms) for title, arms in data if any(arms.values())]
     if not data:
       continue
-    fig, axes = plt.subplots(1, len(data), figsize=(5 * len(data), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(data), figsize=(5 * len(data), 3.6), squeeze=False,
+                             sharey=name in SHARED_Y)
     for ax, (title, arms) in zip(axes.flat, data):
       for arm, points in arms.items():
         if not points:

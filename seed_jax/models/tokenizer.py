@@ -59,10 +59,16 @@ class Tokenizer:
     self.hf.save_pretrained(os.fspath(folder))
 
 
-def chat_prompt_ids(tokenizer: Tokenizer, user_message: str) -> list[int]:
+def chat_prompt_ids(tokenizer: Tokenizer, user_message: str, system: str | None = None
+                    ) -> list[int]:
   """Token ids of one user turn in the chat template, with the generation prompt: how
-  every prompt the policy answers (acting, analysing, fine-tuning) is tokenized."""
-  return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": user_message}]))
+  every prompt the policy answers (acting, analysing, fine-tuning) is tokenized. `system`
+  (H's `system` placement of a skill) is sent as a system message before it; without one
+  the template's own default (if any) applies."""
+  messages = [{"role": "user", "content": user_message}]
+  if system is not None:
+    messages.insert(0, {"role": "system", "content": system})
+  return tokenizer.encode(tokenizer.apply_chat_template(messages))
 
 
 def load_tokenizer(folder: str | os.PathLike, eos_ids: Sequence[int] | None = None

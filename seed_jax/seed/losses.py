@@ -11,11 +11,9 @@ is the explicit response-token loss mask (1 at action tokens, 0 at padding).
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from seed_jax.checks import non_negative, positive_int, require
 
@@ -56,6 +54,8 @@ class LossConfig:
     require(self, ("clip_low", "clip_high", "kl_coef", "kl_clamp", "entropy_coef",
                    "lambda_opd", "beta_opd", "log_ratio_clamp"), non_negative,
             "a non-negative number")
+    # The ratio is clipped below at 1 - clip_low; past 1 that bound would be negative.
+    require(self, "clip_low", lambda c: c <= 1, "in [0, 1]")
     require(self, "dual_clip", lambda c: c == 0 or (non_negative(c) and c > 1),
             "0 (off) or a bound greater than 1")
     require(self, "gate_bins", positive_int, "a positive integer")
@@ -192,7 +192,10 @@ def total_loss(sums: dict[str, Array], tokens: Array, opd_tokens: Array,
 
 
 def finalize_metrics(sums: dict[str, Array], cfg: LossConfig) -> dict[str, Array]:
-  """Turn accumulated sums and counts into means (float32 scalars; `gate_hist` a vector)."""
+  """Turn accumulated sums and counts into means (float32 scalars; `gate_hist` a vector).
+
+  Called once per update, on the sums of all its steps (`train_step.update_metrics`).
+  """
   tokens = jnp.maximum(sums["tokens"], 1.0)
   m = {
       "pg_loss": sums["pg_sum"] / tokens,
@@ -222,7 +225,7 @@ def finalize_metrics(sums: dict[str, Array], cfg: LossConfig) -> dict[str, Array
   return m
 
 
-# How each statistic combines across micro-batches.
+# How each statistic combines across micro-batches and across an update's steps.
 def combine_sums(a: dict[str, Array], b: dict[str, Array]) -> dict[str, Array]:
   """Merge two `seed_loss_sums` outputs: add sums and counts, max/min the extremes."""
   out = {}
@@ -233,49 +236,4 @@ def combine_sums(a: dict[str, Array], b: dict[str, Array]) -> dict[str, Array]:
       out[key] = jnp.minimum(value, b[key])
     else:
       out[key] = value + b[key]
-  return out
-
-
-# What each token mean of `finalize_metrics` is a mean over.
-_MEAN_OVER = {"pg_loss": "tokens", "clipfrac": "tokens", "dual_clipfrac": "tokens",
-              "entropy": "tokens", "logprob_gap_abs_mean": "tokens", "kl": "tokens",
-              "opd_loss": "opd_tokens", "gate_mean": "opd_tokens",
-              "delta_mean": "opd_tokens", "gate_hist": "opd_tokens"}
-
-
-def combine_step_metrics(steps: Sequence[dict[str, np.ndarray]]) -> dict[str, float | list]:
-  """One update's metrics from those of its optimizer steps (host side, numpy).
-
-  Each step reports means over its own tokens (`finalize_metrics`), so they combine as
-  token means over the whole update: weighted by the tokens each is over. A step without
-  OPD-active tokens, which reports its OPD means and extremes as 0, adds nothing to them
-  (an unweighted mean would pull the gate towards 0). `delta_std` is pooled; the extremes
-  are the max / min over the steps that have such tokens; the rest (loss, grad norm,
-  learning rate, counts) is the mean over steps.
-  """
-  counts = {key: np.array([float(step[key]) for step in steps])
-            for key in ("tokens", "opd_tokens") if key in steps[0]}
-
-  def weighted(key: str, values: np.ndarray) -> np.ndarray:
-    weights = counts[_MEAN_OVER.get(key, "opd_tokens")]
-    if weights.sum() == 0:
-      return np.zeros_like(values[0])
-    return np.tensordot(weights, values, axes=1) / weights.sum()
-
-  out: dict[str, float | list] = {}
-  for key in steps[0]:
-    values = np.stack([np.asarray(step[key], np.float64) for step in steps])
-    if key in _MEAN_OVER:
-      value = weighted(key, values)
-    elif key == "delta_std":  # pooled: E[d^2] - E[d]^2 over all OPD-active tokens
-      means = np.array([float(step["delta_mean"]) for step in steps])
-      mean_sq = weighted(key, values**2 + means**2)
-      value = np.sqrt(max(mean_sq - weighted("delta_mean", means) ** 2, 0.0))
-    elif key.endswith(("_max", "_min")):
-      has = counts["opd_tokens"] > 0 if key.startswith("delta_") else np.ones(len(steps), bool)
-      pick = np.max if key.endswith("_max") else np.min
-      value = pick(values[has], axis=0) if has.any() else np.zeros_like(values[0])
-    else:
-      value = values.mean(axis=0)
-    out[key] = value.tolist() if np.ndim(value) else float(value)
   return out

@@ -6,6 +6,11 @@ import dataclasses
 
 import optax
 
+from seed_jax.checks import (fraction, non_negative, non_negative_int, one_of, positive,
+                             require)
+
+SCHEDULES = ("constant", "cosine")
+
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
@@ -30,6 +35,17 @@ class OptimConfig:
   eps: float = 1e-8
   weight_decay: float = 0.01
   grad_clip: float = 1.0
+
+  def __post_init__(self):
+    # A zero or negative rate trains nothing or ascends the loss: refused, not run.
+    require(self, "learning_rate", positive, "a positive number")
+    require(self, ("warmup_steps", "total_steps"), non_negative_int, "a non-negative integer")
+    require(self, "schedule", one_of(SCHEDULES), f"one of {SCHEDULES}")
+    require(self, "total_steps", lambda n: self.schedule != "cosine" or n > self.warmup_steps,
+            f"more than warmup_steps ({self.warmup_steps}) for a cosine schedule")
+    require(self, ("b1", "b2"), fraction, "in [0, 1)")  # 1 would never forget a gradient
+    require(self, "eps", positive, "a positive number")
+    require(self, ("weight_decay", "grad_clip"), non_negative, "a non-negative number")
 
 
 def make_schedule(cfg: OptimConfig) -> optax.Schedule:

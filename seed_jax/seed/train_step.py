@@ -1,4 +1,7 @@
-"""The SEED train step: `(train_state, batch) -> (train_state, metrics)`, jitted and sharded.
+"""The SEED train step: `(train_state, batch) -> (train_state, outputs)`, jitted and sharded.
+
+The outputs carry the batch's raw metric sums, not means: `update_metrics` folds the steps
+of an update on the host and turns the sums into means once.
 
 Teacher log-probs (`teacher_mode`):
 * "joint": student and teacher rows are concatenated along the batch axis and go through
@@ -20,11 +23,13 @@ rows), teacher_logprobs `[B, R]`, ref_logprobs `[B, R]`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+import functools
+from typing import Any, Callable, Sequence
 
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -241,9 +246,11 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
       explicit shardings (`train_state_shardings`); batch rows by the "batch" rule,
       metrics replicated. Without, plain jit.
   Returns:
-    `step(state, batch) -> (state, metrics)`; metrics are float32 scalars plus
-    `gate_hist [gate_bins]` when OPD is on. `step.lower(state, batch)` compiles ahead of
-    time under the same mesh and rules.
+    `step(state, batch) -> (state, outputs)`; outputs hold `sums` (the batch's raw metric
+    sums, `losses.seed_loss_sums` accumulated over micro-batches) and the float32 scalars
+    `loss`, `grad_norm`, `learning_rate`, `update_skipped`, `skipped_total`.
+    `update_metrics` turns the outputs of an update's steps into its metrics.
+    `step.lower(state, batch)` compiles ahead of time under the same mesh and rules.
   """
   optimizer = optim.make_optimizer(optim_cfg)
   schedule = optim.make_schedule(optim_cfg)
@@ -252,11 +259,12 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
   def step(state: TrainState, batch: Batch):
     loss, grads, sums = loss_and_grad(state.params, batch)
     new_state, finite, grad_norm = apply_gradients(optimizer, state, grads, loss)
-    metrics = losses.finalize_metrics(sums, cfg.loss)
-    metrics.update(loss=loss, grad_norm=grad_norm, learning_rate=schedule(state.step),
+    # Raw sums, not means: an update of several steps folds them exactly (update_metrics).
+    outputs = dict(sums=sums, loss=loss, grad_norm=grad_norm,
+                   learning_rate=schedule(state.step),
                    update_skipped=(~finite).astype(jnp.float32),
                    skipped_total=new_state.skipped.astype(jnp.float32))
-    return new_state, metrics
+    return new_state, outputs
 
   if mesh is None:
     return jax.jit(step, donate_argnums=0)
@@ -268,3 +276,31 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
   jitted = jax.jit(step, in_shardings=(state_shardings, rows),
                    out_shardings=(state_shardings, mesh.replicated()), donate_argnums=0)
   return in_mesh(jitted, mesh)
+
+
+def _last(values: np.ndarray) -> np.ndarray:
+  return values[-1]
+
+
+# How an update folds its steps' outputs that are not token sums: the loss and gradient
+# norm are per step (mean), the rate applied last is where the schedule stands (last), the
+# update counts the steps it skipped (sum), and `skipped_total` is a running count (last).
+_STEP_FOLDS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "loss": np.mean, "grad_norm": np.mean, "learning_rate": _last, "update_skipped": np.sum,
+    "skipped_total": _last}
+
+
+def update_metrics(steps: Sequence[dict[str, Any]], loss_cfg: losses.LossConfig
+                   ) -> dict[str, float | list]:
+  """One update's metrics from the host copies of its optimizer steps' outputs.
+
+  The token statistics come from the steps' raw sums, added up (`losses.combine_sums`) and
+  turned into means once (`losses.finalize_metrics`): every mean, spread and extreme is
+  over all the update's tokens, and `tokens` / `opd_tokens` are the update's counts. The
+  other outputs fold as `_STEP_FOLDS` says. Values are python floats (`gate_hist` a list).
+  """
+  sums = functools.reduce(losses.combine_sums, [step["sums"] for step in steps])
+  out = losses.finalize_metrics(sums, loss_cfg)
+  out.update({key: fold(np.array([float(step[key]) for step in steps]))
+              for key, fold in _STEP_FOLDS.items()})
+  return {key: np.asarray(value, np.float64).tolist() for key, value in out.items()}

@@ -1,5 +1,5 @@
-"""Evaluation: results per split (success per task type, env scores), and the evaluation of
-a saved checkpoint without training (verl's `val_only`; `python -m seed_jax.evaluate`).
+"""The evaluation of a saved checkpoint without training (verl's `val_only`;
+`python -m seed_jax.evaluate`). Results per split: `seed_jax.train.results`.
 
 A checkpoint is evaluated by the trainer's own code: `Trainer.restore(step)` (parameters and
 the skill library, so Skill-GRPO acts with its library), `Trainer.evaluate(step)` (the eval
@@ -15,37 +15,18 @@ import os
 from typing import Any, Sequence
 
 import ml_collections
-import numpy as np
-
-from seed_jax.envs.base import Task
-from seed_jax.seed.batch import Trajectory
-
-
-def split_results(split: str, tasks: Sequence[Task], trajs: Sequence[Trajectory],
-                  stats: dict[str, float]) -> dict[str, float]:
-  """`{split}/success`, `/mean_return`, `/invalid_action_rate`, one success rate per task
-  type (for search, the task type is the dataset: exact match per dataset), and the mean of
-  every `*_score` the env reported at the end of its episodes (e.g. WebShop's score)."""
-  results = {f"{split}/{key}": stats[key]
-             for key in ("success", "mean_return", "invalid_action_rate")}
-  for task_type in sorted({t.task_type for t in tasks}):
-    won = [traj.won for traj, task in zip(trajs, tasks) if task.task_type == task_type]
-    results[f"{split}/{task_type}"] = float(np.mean(won))
-  scores = sorted({k for traj in trajs for k in traj.info if k.endswith("_score")})
-  for key in scores:
-    values = [traj.info[key] for traj in trajs if key in traj.info]
-    results[f"{split}/{key}"] = float(np.mean(values))
-  return results
 
 
 def checkpoint_eval_config(config: ml_collections.ConfigDict,
                            splits: Sequence[str] | None = None) -> ml_collections.ConfigDict:
   """A copy of a run's `config` for evaluating one of its checkpoints (on `splits`, default
-  the run's `eval.splits`). The checkpoint's weights replace the model's, so `init_from` is
-  not read (its folder may be gone); the evaluation writes its summary only: no export
-  (`--export` says where), no curves, no TensorBoard."""
+  the run's `eval.splits`). The checkpoint's weights replace the model's and its skill
+  library the library file's, so neither `init_from` nor `analyzer.static_library` is read
+  (either may be gone); the evaluation writes its summary only: no export (`--export` says
+  where), no curves, no TensorBoard."""
   config = ml_collections.ConfigDict(config.to_dict())
   config.init_from = ""
+  config.analyzer.static_library = ""
   config.checkpoint.export_hf = False
   config.log.plots = config.log.tensorboard = False
   if splits is not None:
@@ -67,7 +48,8 @@ def evaluate_checkpoint(spec, workdir: str, step: int, export: str | None = None
     The summary the run writes at its end (algorithm, env, iterations, training success so
     far, the evaluation results), also printed and written to `eval_folder(workdir, step)`.
   """
-  # Imported here: the trainer imports this module (split_results).
+  # Imported here: the trainer loads jax, the models and the envs; reading a run's config
+  # (checkpoint_eval_config) needs none of them.
   from seed_jax.train.trainer import Trainer  # pylint: disable=import-outside-toplevel
   trainer = Trainer(spec, eval_folder(workdir, step),
                     checkpoint_dir=os.path.join(workdir, "checkpoints"))

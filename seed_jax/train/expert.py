@@ -15,6 +15,7 @@ from seed_jax.agent.loop import Episode, run_episodes
 from seed_jax.agent.policies import expert_policy
 from seed_jax.envs.agent_format import AgentFormat
 from seed_jax.envs.base import Task
+from seed_jax.seed.analyzer import oracle_skill
 
 
 @dataclasses.dataclass
@@ -36,6 +37,12 @@ class Demonstration:
   responses: list[str]
   actions: list[str]
   won: bool
+
+  def oracle_skill(self) -> str:
+    """The oracle analyzer's skill for this game: its expert plan, written as a success's
+    skill (`seed_jax.seed.analyzer.oracle_skill`)."""
+    info = {"goal": self.instruction, "task_type": self.task_type, "expert_plan": self.actions}
+    return oracle_skill(info, won=True)[1]
 
   def cloning_pairs(self) -> list[tuple[str, str]]:
     """(user message, target response) of every step: behaviour cloning's examples (an

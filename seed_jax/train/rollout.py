@@ -19,7 +19,7 @@ from seed_jax.envs.base import Task
 from seed_jax.models.tokenizer import Tokenizer, chat_prompt_ids
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed.batch import StepRecord, Trajectory
-from seed_jax.seed.skills import augment_prompt
+from seed_jax.seed.skills import skill_prompt_ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +59,19 @@ class ModelPolicy:
     spec: sampling settings and the prompt budget.
     seed: base of the per-turn sampling seeds (turn t samples with `seed * 7919 + t`).
     acting_skills: Skill-GRPO: task_type -> skill, inserted into the acting prompt by H.
+    task_skills: task_id -> skill, which takes precedence (`seed_jax.teacher_gap` acts
+      with each task's own skill; "" places the block without a skill).
+    skill_placement: where H puts the skill (`seed_jax.seed.skills.PLACEMENTS`).
   """
 
   def __init__(self, sampler: Sampler, tokenizer: Tokenizer, fmt: AgentFormat,
-               spec: RolloutSpec, seed: int, acting_skills: dict[str, str] | None = None):
+               spec: RolloutSpec, seed: int, acting_skills: dict[str, str] | None = None,
+               task_skills: dict[str, str] | None = None, skill_placement: str = "task_line"):
     self.sampler, self.tokenizer, self.fmt, self.spec = sampler, tokenizer, fmt, spec
     self.seed = seed
     self.acting_skills = acting_skills or {}
+    self.task_skills = task_skills or {}
+    self.skill_placement = skill_placement
     self.sampling = SamplingParams(max_new_tokens=spec.max_new_tokens,
                                    temperature=spec.temperature, top_p=spec.top_p,
                                    stop_strings=tuple(fmt.stop_strings))
@@ -74,13 +80,17 @@ class ModelPolicy:
   def fit_prompt(self, episode: Episode) -> tuple[str, list[int]]:
     """The user message and its chat ids, dropping the oldest history turns until they fit
     `spec.max_prompt_tokens` (then keeping the last tokens)."""
-    skill = self.acting_skills.get(episode.task.task_type)
+    task = episode.task
+    skill = (self.task_skills[task.task_id] if task.task_id in self.task_skills
+             else self.acting_skills.get(task.task_type))
     history = episode.history
     while True:
       message = episode.user_message(self.fmt, history)
-      if skill:
-        message = augment_prompt(message, skill, self.fmt.task_line_pattern).text
-      ids = chat_prompt_ids(self.tokenizer, message)
+      if skill is None:
+        ids = chat_prompt_ids(self.tokenizer, message)
+      else:
+        message, ids = skill_prompt_ids(self.tokenizer, message, skill,
+                                        self.fmt.task_line_pattern, self.skill_placement)
       if len(ids) <= self.spec.max_prompt_tokens:
         return message, ids
       if not history:
@@ -117,6 +127,7 @@ def to_trajectory(episode: Episode) -> Trajectory:
 def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat,
                   tasks: Sequence[Task], group_size: int, spec: RolloutSpec, *, seed: int,
                   group_prefix: str = "", acting_skills: dict[str, str] | None = None,
+                  task_skills: dict[str, str] | None = None, skill_placement: str = "task_line",
                   desc: str | None = "rollout") -> tuple[list[Trajectory], dict[str, float]]:
   """Plays `group_size` episodes of every task with the model; returns trajectories and
   statistics.
@@ -127,12 +138,14 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
     seed: base seed of the env resets and of sampling (each turn draws from its own
       seed derived from `seed` and the turn), so an iteration replays exactly.
     acting_skills: Skill-GRPO: task_type -> skill placed in the acting prompt.
+    task_skills, skill_placement: per-task skills and where H puts them (ModelPolicy).
     desc: label of the progress bar (one tick per turn, live episodes shown).
   Returns:
     (trajectories in task-major order, stats: episodes, steps, invalid actions and their
     rate, success, mean return and turns, failed episodes, truncated prompts).
   """
-  policy = ModelPolicy(sampler, tokenizer, fmt, spec, seed, acting_skills)
+  policy = ModelPolicy(sampler, tokenizer, fmt, spec, seed, acting_skills, task_skills,
+                       skill_placement)
   episodes = run_episodes(pool, tasks, policy, max_turns=spec.max_turns, seed=seed,
                           group_size=group_size, group_prefix=group_prefix, desc=desc)
   stats = episode_stats(episodes)

@@ -11,19 +11,25 @@ The trainer receives a `RunSpec` and copies nothing.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from typing import Any, Mapping
 
 import ml_collections
 
+from seed_jax import paths
 from seed_jax.checks import (SpecError, fraction, non_negative_int, one_of, positive,
-                             positive_int, require)
+                             positive_int, require, unit_interval)
 from seed_jax.envs.registry import ENV_NAMES, get_env_module
 from seed_jax.models.config import DTYPES
+from seed_jax.models.embedded import EMBEDDED_MODELS
+from seed_jax.models.shapes import MODEL_SHAPES
 from seed_jax.parallel.mesh import MeshConfig
 from seed_jax.parallel.rules import validate_rules
 from seed_jax.seed.analyzer import AnalyzerConfig
 from seed_jax.seed.batch import BatchConfig
 from seed_jax.seed.losses import LossConfig
+from seed_jax.seed.skills import PLACEMENTS
 from seed_jax.seed.optim import OptimConfig
 from seed_jax.seed.train_step import TrainStepConfig
 from seed_jax.train.algorithms import ALGORITHMS, Algorithm, get_algorithm
@@ -37,16 +43,53 @@ class ConfigError(ValueError):
   """A bad config value; the message starts with the key."""
 
 
+# What an HF folder's weights are stored as (seed_jax.models.weights.SafetensorsSource).
+_HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def is_model_name(name: Any) -> bool:
+  """Whether `name` is a model `seed_jax.models.model_config` can read without loading any
+  weights: an embedded model, a model shape, an HF folder (its config.json) or a .gguf file.
+  """
+  if not isinstance(name, str) or not name:
+    return False
+  if name in EMBEDDED_MODELS or name in MODEL_SHAPES:
+    return True
+  path = os.path.expanduser(name)  # as seed_jax.models.shapes.existing_model_path
+  if os.path.isdir(path):
+    return os.path.isfile(os.path.join(path, "config.json"))
+  return path.endswith(".gguf") and os.path.isfile(path)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-  """Which weights, in which dtypes (`model.*`)."""
+  """Which weights, in which dtypes (`model.*`).
+
+  `name` is checked to exist, not read: a model shape (no weights) is a valid name for
+  planning (`--dry_run`, seed_jax.plan), and `weights_error` says why a run cannot train it.
+  """
   name: str
   dtype: str = "float32"
   param_dtype: str = "float32"
 
   def __post_init__(self):
-    require(self, "name", lambda v: isinstance(v, str) and v, "a model name or path")
+    require(self, "name", is_model_name,
+            f"an embedded model ({', '.join(EMBEDDED_MODELS)}), a model shape "
+            f"({', '.join(MODEL_SHAPES)}), a Hugging Face folder (with config.json) or a "
+            f".gguf file")
     require(self, ("dtype", "param_dtype"), one_of(DTYPES), f"one of {tuple(DTYPES)}")
+
+  def weights_error(self) -> str | None:
+    """Why `name` has no weights to train or evaluate, as one line naming the key; None
+    when it has (an embedded model, a .gguf file, an HF folder with safetensors)."""
+    if self.name in MODEL_SHAPES:
+      return (f"config.model.name: {self.name!r} is a model shape without weights (for "
+              f"--dry_run and seed_jax.plan); point it at a Hugging Face folder of its weights")
+    path = os.path.expanduser(self.name)
+    if os.path.isdir(path) and not any(
+        os.path.exists(os.path.join(path, file)) for file in _HF_WEIGHTS):
+      return f"config.model.name: {self.name} holds no {' or '.join(_HF_WEIGHTS)}"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,12 +160,23 @@ class Stage1Spec:
 
 @dataclasses.dataclass(frozen=True)
 class BehaviourCloningSpec:
-  """The optional warm start (`bc.*`): clone the env expert on the first `episodes` tasks."""
+  """The optional warm start (`bc.*`): clone the env expert on the first `episodes` tasks.
+
+  Attributes:
+    skill_fraction: the share of the cloned steps shown a second time with that game's
+      oracle skill through H, so the policy learns to act on a skill in its prompt (a
+      small-model aid of issue 24; 0 in the paper presets).
+    disjoint: RL trains on the training games the warm start did not clone (cloning the
+      very games RL trains on leaves the teacher nothing to teach).
+  """
   episodes: int
   fine_tune: FineTuneSpec
+  skill_fraction: float = 0.0
+  disjoint: bool = False
 
   def __post_init__(self):
     require(self, "episodes", non_negative_int, "a non-negative integer")
+    require(self, "skill_fraction", unit_interval, "a fraction in [0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +224,7 @@ class RunSpec:
   analyzer: AnalyzerConfig
   analyzer_max_prompt_tokens: int
   static_library: str
+  skill_placement: str  # where H puts a skill (seed_jax.seed.skills.PLACEMENTS)
   stage1: Stage1Spec
   bc: BehaviourCloningSpec | None
   eval: EvalSpec
@@ -334,7 +389,9 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
         f"prompts, got {stage1.fine_tune.max_tokens}")
   bc = None
   if _get(config, "bc.enabled"):
-    bc = _build(BehaviourCloningSpec, config, {"episodes": "bc.episodes"},
+    bc = _build(BehaviourCloningSpec, config, {"episodes": "bc.episodes",
+                                               "skill_fraction": "bc.skill_fraction",
+                                               "disjoint": "bc.disjoint"},
                 fine_tune=_build(FineTuneSpec, config, {
                     "epochs": "bc.epochs", "batch_size": "bc.batch_size",
                     "learning_rate": "bc.learning_rate", "max_tokens": "sft.max_tokens",
@@ -350,12 +407,21 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
       "export_hf": "checkpoint.export_hf", "tensorboard": "log.tensorboard",
       "plots": "log.plots"})
   return RunSpec(
-      algorithm=algorithm, seed=_get(config, "seed"), model=model,
+      algorithm=algorithm, seed=_key(config, "seed", non_negative_int, "a non-negative integer"),
+      model=model,
       init_from=_init_from(config), mesh=mesh, env=env, rl=rl,
       rollout=rollout, optim=optim, train_step=train_step, batch=batch, analyzer=analyzer,
       analyzer_max_prompt_tokens=analyzer_prompt,
-      static_library=_get(config, "analyzer.static_library"), stage1=stage1, bc=bc,
+      static_library=_static_library(config),
+      skill_placement=_skill_placement(config), stage1=stage1, bc=bc,
       eval=evaluation, output=output, config_json=config.to_json_best_effort(indent=2))
+
+
+def _skill_placement(config) -> str:
+  placement = _get(config, "skill_placement")
+  if placement not in PLACEMENTS:
+    raise ConfigError(f"config.skill_placement: one of {PLACEMENTS}, got {placement!r}")
+  return placement
 
 
 def _init_from(config) -> str:
@@ -371,8 +437,34 @@ def _init_from(config) -> str:
   return path
 
 
-def _positive_key(config, key: str) -> int:
+def _static_library(config) -> str:
+  """`config.analyzer.static_library`, read now (a small JSON file) rather than after the
+  model loads and the warm start ran. A URI (gs://) is left to the run: building a spec
+  needs no network (seed_jax.plan and seed_jax.experiment build them anywhere)."""
+  path = _get(config, "analyzer.static_library")
+  if not path or paths.is_remote(path):
+    return path
+  key = "config.analyzer.static_library"
+  if not os.path.isfile(path):  # the run reads it as given (stage1.load_library_file)
+    raise ConfigError(f"{key}: no such file {path!r}")
+  # Imported here: stage 1's readers stay out of the spec's imports until a file is given.
+  from seed_jax.train.stage1 import load_library_file  # pylint: disable=import-outside-toplevel
+  try:
+    load_library_file(path)
+  except json.JSONDecodeError as e:
+    raise ConfigError(f"{key}: {path} is not JSON ({e})") from None
+  except ValueError as e:  # its message already names the key
+    raise ConfigError(str(e)) from None
+  return path
+
+
+def _key(config, key: str, ok, want: str) -> Any:
+  """`config.KEY`, refused as "config.KEY: <want>, got <value>" unless `ok(value)`."""
   value = _get(config, key)
-  if not positive_int(value):
-    raise ConfigError(f"config.{key}: a positive integer, got {value!r}")
+  if not ok(value):
+    raise ConfigError(f"config.{key}: {want}, got {value!r}")
   return value
+
+
+def _positive_key(config, key: str) -> int:
+  return _key(config, key, positive_int, "a positive integer")

@@ -23,6 +23,7 @@ from seed_jax import paths
 from seed_jax.envs.base import Task
 from seed_jax.seed.analyzer import AnalysisReport
 from seed_jax.seed.batch import Trajectory
+from seed_jax.seed.skills import skill_prompt_ids
 from seed_jax.seed.transcript import Transcript, build_analyzer_prompt
 from seed_jax.train.expert import Demonstration
 from seed_jax.models.tokenizer import chat_prompt_ids
@@ -41,11 +42,29 @@ def tasks_per_type(tasks: Sequence[Task], per_type: int) -> list[Task]:
   return chosen
 
 
-def bc_examples(tokenizer, demos: Sequence[Demonstration]) -> list[SFTExample]:
+def bc_examples(tokenizer, demos: Sequence[Demonstration], *, skill_fraction: float = 0.0,
+                task_line_pattern: str = "", placement: str = "task_line", seed: int = 0
+                ) -> list[SFTExample]:
   """(acting prompt, expert response) pairs from every expert step: an episode the turn
-  limit cut short still shows correct moves."""
-  return [SFTExample(chat_prompt_ids(tokenizer, message), tokenizer.encode(response))
-          for demo in demos for message, response in demo.cloning_pairs()]
+  limit cut short still shows correct moves.
+
+  A skill-reading warm start (`bc.skill_fraction` > 0): a seeded choice of that share of
+  the steps is added again with the game's oracle skill placed by H
+  (`task_line_pattern`, `placement`), after the plain examples, so the policy learns to act
+  on a skill in its prompt instead of learning that the block is off-distribution.
+  """
+  pairs = [(demo, message, response) for demo in demos
+           for message, response in demo.cloning_pairs()]
+  examples = [SFTExample(chat_prompt_ids(tokenizer, message), tokenizer.encode(response))
+              for _, message, response in pairs]
+  chosen = np.random.default_rng(seed).permutation(len(pairs))[
+      :round(skill_fraction * len(pairs))]
+  for index in sorted(chosen):
+    demo, message, response = pairs[index]
+    ids = skill_prompt_ids(tokenizer, message, demo.oracle_skill(), task_line_pattern,
+                           placement)[1]
+    examples.append(SFTExample(ids, tokenizer.encode(response)))
+  return examples
 
 
 def annotation_record(traj: Trajectory, report: AnalysisReport) -> dict:

@@ -33,15 +33,15 @@ from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed.analysis_file import write_analysis_file
 from seed_jax.seed.batch import build_batch, trajectory_gate_stats
-from seed_jax.seed.losses import combine_step_metrics
-from seed_jax.seed.skills import augment_prompt
+from seed_jax.seed.skills import skill_prompt_ids
+from seed_jax.seed.token_gap import (response_action_masks, token_gap_stats,
+                                     trajectory_token_gaps)
 from seed_jax.seed.train_step import (init_train_state, make_score_fn, make_train_step,
-                                      train_state_shardings)
+                                      train_state_shardings, update_metrics)
 from seed_jax.train import stage1
-from seed_jax.train.evaluate import split_results
+from seed_jax.train.results import split_results
 from seed_jax.train.expert import collect_demonstrations
 from seed_jax.train.init_from import initial_params
-from seed_jax.models.tokenizer import chat_prompt_ids
 from seed_jax.train.rollout import play_episodes
 from seed_jax.train.sft import FineTuneSpec, fine_tune
 from seed_jax.train.spec import RunSpec
@@ -109,6 +109,17 @@ class Trainer:
     if split not in self._tasks:
       self._tasks[split] = self.env.load_tasks(self.env_config, split)
     return self._tasks[split]
+
+  def rl_tasks(self) -> list:
+    """The games RL trains on: every training game, or with `bc.disjoint` those the warm
+    start did not clone (the first `bc.episodes`)."""
+    tasks, bc = self.tasks("train"), self.spec.bc
+    if bc is None or not bc.disjoint or not bc.episodes:
+      return tasks
+    if len(tasks) <= bc.episodes:
+      raise ValueError(f"config.bc.disjoint: the warm start clones all {len(tasks)} training "
+                       f"games (bc.episodes={bc.episodes}); none is left for RL")
+    return tasks[bc.episodes:]
 
   def pool(self) -> EnvPool | hosts.HostShardedPool:
     """The main env pool (with the expert, which the oracle analyzer and BC read)."""
@@ -213,7 +224,7 @@ class Trainer:
       with hosts.PreemptionGuard() as self._guard:
         if not self.maybe_resume():
           self.before_rl()
-        tasks = TaskIterator(self.tasks("train"), self.spec.seed, self.host["task_cursor"])
+        tasks = TaskIterator(self.rl_tasks(), self.spec.seed, self.host["task_cursor"])
         while self.host["iteration"] < self.spec.rl.iterations:
           self.rl_iteration(tasks)
         if self._should_stop():
@@ -272,12 +283,16 @@ class Trainer:
 
   def behaviour_cloning(self) -> None:
     """Clones every step of the env expert's episodes on the first `bc.episodes` training
-    tasks (the `:cpu` presets' warm start)."""
+    tasks (the `:cpu` presets' warm start); with `bc.skill_fraction` that share of the
+    steps is shown again with the game's oracle skill through H."""
     tasks = self.tasks("train")[:self.spec.bc.episodes]
     with self.timer("bc"):
       demos = collect_demonstrations(self.pool(), self.fmt, tasks,
                                      self.env_config.max_steps, self.spec.seed)
-      examples = stage1.bc_examples(self.tokenizer, demos)
+      examples = stage1.bc_examples(
+          self.tokenizer, demos, skill_fraction=self.spec.bc.skill_fraction,
+          task_line_pattern=self.fmt.task_line_pattern,
+          placement=self.spec.skill_placement, seed=self.spec.seed)
       hosts.print0(f"[bc] {sum(d.won for d in demos)}/{len(demos)} expert episodes won, "
             f"{len(examples)} examples")
       self._fine_tune(examples, self.spec.bc.fine_tune, phase="bc")
@@ -329,7 +344,7 @@ class Trainer:
     if cfg.backend == "oracle":
       self._attach_plans(trajs)
     return analyzer_lib.make_analyzer(
-        cfg, self._policy_generate if cfg.backend == "policy" else None,
+        cfg, self.policy_generate if cfg.backend == "policy" else None,
         tokenizer=self.tokenizer, max_prompt_tokens=self.spec.analyzer_max_prompt_tokens)
 
   def _attach_plans(self, trajs) -> None:
@@ -343,7 +358,7 @@ class Trainer:
     for traj in trajs:
       traj.info["expert_plan"] = self._plans.get(traj.task_id, [])
 
-  def _policy_generate(self, prompt_ids: list[list[int]], *, temperature: float,
+  def policy_generate(self, prompt_ids: list[list[int]], *, temperature: float,
                        seed: int) -> list[str]:
     """The analyzer's decoding with theta_old. Prompts arrive fitted to
     `analyzer.max_prompt_tokens` by the analyzer's transcript builder (stage 1's format);
@@ -382,10 +397,9 @@ class Trainer:
                  if skills else 0.0)
     for traj in trajs:
       for step in traj.steps:
-        step.teacher_prompt_ids = (chat_prompt_ids(
-            self.tokenizer,
-            augment_prompt(step.prompt_text, traj.skill, self.fmt.task_line_pattern).text)
-            if traj.skill else None)
+        step.teacher_prompt_ids = (skill_prompt_ids(
+            self.tokenizer, step.prompt_text, traj.skill, self.fmt.task_line_pattern,
+            self.spec.skill_placement)[1] if traj.skill else None)
     return stats, reports
 
   # ------------------------------------------------------------------ RL
@@ -404,7 +418,8 @@ class Trainer:
       trajs, stats = play_episodes(
           self.sampler, self.tokenizer, self.pool(), self.fmt, batch_tasks,
           spec.rl.group_size, spec.rollout, seed=seed, group_prefix=f"{it}:",
-          acting_skills=self._acting_skills, desc=hosts.primary_label(f"iter {it + 1} rollout"))
+          acting_skills=self._acting_skills, skill_placement=spec.skill_placement,
+          desc=hosts.primary_label(f"iter {it + 1} rollout"))
     self._stop_if_preempted()
     reports = None
     if spec.rl.opd:
@@ -423,6 +438,9 @@ class Trainer:
     stats.update({f"time_{k}_s": v for k, v in self.timer.seconds.items()})
     self.metrics.write(it + 1, "train", stats)
     skills = f" skills {stats['skill_parse_rate']:.2f}" if spec.rl.opd else ""
+    if "gap_all_tokens" in stats:  # the teacher gap at theta_old: action block vs the rest
+      skills += "".join(f" gap {part} {stats.get(f'gap_{part}_delta_mean', float('nan')):+.3f}"
+                        for part in ("action", "rest"))
     hosts.print0(f"[iter {it + 1}/{spec.rl.iterations}] success {stats['success']:.3f} "
           f"return {stats['mean_return']:.2f} invalid {stats['invalid_action_rate']:.2f} "
           f"loss {stats.get('loss', float('nan')):.4f}{skills}")
@@ -439,8 +457,10 @@ class Trainer:
     """Builds the batch, scores teacher/reference log-probs once, runs the mini-batches.
 
     Returns:
-      (metrics, per-trajectory OPD gate statistics at theta_old, or None where the teacher
-      is scored inside the step).
+      (metrics: the update's (`update_metrics`) plus, with the teacher scored at theta_old,
+      the teacher gap (`token_gap.token_gap_stats`, keys `gap_*`); per trajectory, its OPD
+      gate statistics at theta_old with the gap on its action block and the rest, or None
+      where the teacher is scored inside the step).
     """
     spec = self.spec
     opd = spec.rl.opd
@@ -448,15 +468,21 @@ class Trainer:
         spec.batch, pad_id=self.tokenizer.pad_id), with_teacher=opd)
     resp_len = spec.batch.response_len
     if opd and spec.train_step.teacher_mode == "precomputed":
-      batch["teacher_logprobs"] = self._score_rows(self.state.params, batch["teacher_tokens"],
+      batch["teacher_logprobs"] = self.score_rows(self.state.params, batch["teacher_tokens"],
                                                    batch["teacher_mask"], resp_len)
-    gates = (trajectory_gate_stats(trajs, batch, batch["teacher_logprobs"],
-                                   spec.train_step.loss.beta_opd)
-             if "teacher_logprobs" in batch else None)
+    gates, gaps = None, {}
+    if "teacher_logprobs" in batch:  # at theta_old: the "precomputed" teacher mode only
+      beta, teacher = spec.train_step.loss.beta_opd, batch["teacher_logprobs"]
+      actions = response_action_masks(trajs, resp_len, self.tokenizer,
+                                       num_rows=batch["advantages"].shape[0])
+      gaps = token_gap_stats(trajs, batch, teacher, beta, actions)
+      gates = [None if gate is None else {**gate, **split} for gate, split in zip(
+          trajectory_gate_stats(trajs, batch, teacher, beta),
+          trajectory_token_gaps(trajs, batch, teacher, beta, actions))]
     if spec.rl.kl:
-      batch["ref_logprobs"] = self._score_rows(self.ref_params, batch["student_tokens"],
+      batch["ref_logprobs"] = self.score_rows(self.ref_params, batch["student_tokens"],
                                                batch["student_mask"], resp_len)
-    steps: list[dict[str, np.ndarray]] = []
+    steps: list[dict[str, Any]] = []
     size = spec.rl.mini_batch_size
     rows = batch["advantages"].shape[0]
     for start in hosts.progress(range(0, rows, size), desc="update", unit="mini-batch",
@@ -465,11 +491,12 @@ class Trainer:
       self.state, m = self.train_step(self.state, hosts.put_rows(mini, self.mesh))
       steps.append(hosts.fetch(m))
       self._stop_if_preempted()
-    out = combine_step_metrics(steps)
+    out = update_metrics(steps, spec.train_step.loss)
+    out.update(gaps)
     out.update({f"batch_{k}": v for k, v in bstats.items()})
     return out, gates
 
-  def _score_rows(self, params, tokens, mask, resp_len) -> np.ndarray:
+  def score_rows(self, params, tokens, mask, resp_len) -> np.ndarray:
     """Log-probs `[B, R]` in chunks of micro-batch rows: the rows the step itself runs at
     once (B is padded to a multiple of the mini-batch, so every chunk has one shape). A
     whole mini-batch at once needs far more memory: 15.3 GiB a v5e chip for Qwen2.5-1.5B
@@ -499,6 +526,7 @@ class Trainer:
                                      tasks, 1, spec.rollout, seed=10_007 + step,
                                      group_prefix=f"eval-{split}:",
                                      acting_skills=self._acting_skills,
+                                     skill_placement=self.spec.skill_placement,
                                      desc=hosts.primary_label(f"eval {split}"))
       results.update(split_results(split, tasks, trajs, stats))
     self.metrics.write(step, "eval", results)
@@ -529,7 +557,8 @@ class Trainer:
     if self.spec.output.plots:
       metrics_lib.plot_curves(self.workdir, {
           "train": ["success", "mean_return", "invalid_action_rate", "loss", "pg_loss",
-                    "opd_loss", "kl", "entropy", "gate_mean", "grad_norm",
+                    "opd_loss", "kl", "entropy", "gate_mean", "gap_action_delta_mean",
+                    "gap_rest_delta_mean", "grad_norm",
                     "skill_parse_rate", "time_rollout_s"],
           "eval": sorted(final_eval)})
     hosts.print0(metrics_lib.write_summary(self.workdir, summary))

@@ -10,8 +10,6 @@ import threading
 
 import pytest
 
-from seed_jax.models.embedded import embedded_model_dir
-from seed_jax.models.tokenizer import load_tokenizer
 from seed_jax.seed import analysis_file
 from seed_jax.seed import analyzer as an
 from seed_jax.seed.batch import StepRecord, Trajectory
@@ -19,11 +17,6 @@ from seed_jax.seed.transcript import build_analyzer_prompt
 
 GOOD = {"episode_summary": "Found the apple and cooled it.",
         "episode_skill": "Open the fridge before you try to cool the apple."}
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  return load_tokenizer(embedded_model_dir())
 
 
 def _traj(won=True, info=None):

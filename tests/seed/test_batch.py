@@ -10,6 +10,7 @@ import pytest
 
 from seed_jax.seed import advantages as adv_lib
 from seed_jax.seed import batch as batch_lib
+from seed_jax.models.tokenizer import chat_prompt_ids
 from seed_jax.seed import skills
 
 
@@ -81,6 +82,34 @@ def test_h_inserts_after_the_line_the_caller_names_not_a_built_in_one():
   aug = skills.augment_prompt(prompt, SKILL, r"Mission:")
   assert aug.text[:aug.start] == "Intro.\nYour task is to: a decoy\nMission: reach the exit\n"
   assert aug.text[aug.end:] == "Map below."
+
+
+def test_h_at_the_end_appends_the_block_after_a_blank_line():
+  aug = skills.augment_prompt(PROMPT, SKILL, TASK_LINE, placement="end")
+  assert aug.text[:aug.start] == PROMPT  # the message itself is unchanged
+  assert aug.text[aug.start:] == "\n\n" + skills.skill_block(SKILL).rstrip("\n")
+  assert aug.end == len(aug.text) and aug.system is None
+
+
+def test_h_as_a_system_message_leaves_the_user_message_alone(tokenizer):
+  aug = skills.augment_prompt(PROMPT, SKILL, TASK_LINE, placement="system")
+  assert aug.text == PROMPT and aug.start == aug.end
+  assert aug.system == skills.skill_block(SKILL).rstrip("\n")
+  text, ids = skills.skill_prompt_ids(tokenizer, PROMPT, SKILL, TASK_LINE, "system")
+  assert text == PROMPT
+  rendered = tokenizer.decode(ids)
+  assert rendered.index(SKILL) < rendered.index("put a clean apple in fridge")
+  assert ids != chat_prompt_ids(tokenizer, PROMPT)
+
+
+def test_h_placements_are_checked():
+  with pytest.raises(ValueError, match="skill placement 'middle'"):
+    skills.augment_prompt(PROMPT, SKILL, TASK_LINE, placement="middle")
+
+
+def test_the_empty_skill_places_the_block_without_a_skill():
+  aug = skills.augment_prompt(PROMPT, "", TASK_LINE)
+  assert aug.text[aug.start:aug.end] == f"{skills.SKILL_HEADER}\n{skills.SKILL_INSTRUCTION}\n\n"
 
 
 def test_h_edge_cases():

@@ -186,38 +186,65 @@ def test_combined_microbatch_sums_give_full_batch_mean():
       split_total, losses.total_loss(full, full["tokens"], full["opd_tokens"], cfg), rtol=1e-5)
 
 
-def _step_metrics(entropy, gate, delta):
-  """What a step reports (`finalize_metrics`'s meanings), computed directly: means over
-  its tokens and its OPD-active tokens, 0 where it has none."""
-  has_opd = len(gate) > 0
-  return {"tokens": len(entropy), "opd_tokens": len(gate), "entropy": entropy.mean(),
-          "gate_mean": gate.mean() if has_opd else 0.0,
-          "delta_mean": delta.mean() if has_opd else 0.0,
-          "delta_std": delta.std() if has_opd else 0.0,
-          "delta_max": delta.max() if has_opd else 0.0,
-          "delta_min": delta.min() if has_opd else 0.0,
-          "grad_norm": 1.0 + len(entropy)}
+def _step_outputs(inputs, cfg, grad_norm):
+  """A train step's outputs (train_step.make_train_step) for one mini-batch's raw tokens:
+  its `seed_loss_sums` and its scalars."""
+  lp, entropy, batch, teacher, ref = inputs
+  sums = losses.seed_loss_sums(jnp.asarray(lp), jnp.asarray(entropy),
+                               {k: jnp.asarray(v) for k, v in batch.items()},
+                               jnp.asarray(teacher), jnp.asarray(ref), cfg)
+  return {"sums": jax.device_get(sums), "loss": grad_norm / 10, "grad_norm": grad_norm,
+          "learning_rate": grad_norm / 100, "update_skipped": 0.0, "skipped_total": 2.0}
 
 
 def test_an_update_reports_token_means_over_all_its_steps_tokens():
-  rng = np.random.default_rng(0)
+  from seed_jax.seed.train_step import update_metrics
+  cfg = losses.LossConfig()
   # Three optimizer steps of an update; the second has no OPD-active token.
-  entropy = [rng.random(n) for n in (12, 7, 30)]
-  gate = [rng.random(5), np.zeros(0), rng.random(21)]
-  delta = [rng.normal(-0.5, 1, 5), np.zeros(0), rng.normal(0.3, 2, 21)]
-  update = losses.combine_step_metrics(
-      [_step_metrics(*step) for step in zip(entropy, gate, delta)])
-  all_gate, all_delta = np.concatenate(gate), np.concatenate(delta)
-  np.testing.assert_allclose(update["entropy"], np.concatenate(entropy).mean(), rtol=1e-12)
-  np.testing.assert_allclose(update["gate_mean"], all_gate.mean(), rtol=1e-12)
-  np.testing.assert_allclose(update["delta_mean"], all_delta.mean(), rtol=1e-12)
-  np.testing.assert_allclose(update["delta_std"], all_delta.std(), rtol=1e-9)
-  assert update["delta_max"] == all_delta.max() and update["delta_min"] == all_delta.min()
-  assert update["grad_norm"] == np.mean([13, 8, 31])  # per step, not per token
+  inputs = [_inputs(seed) for seed in (4, 5, 6)]
+  inputs[1][2]["opd_mask"] = np.zeros(B, np.float32)
+  update = update_metrics([_step_outputs(x, cfg, g) for x, g in zip(inputs, (1.0, 2.0, 6.0))],
+                          cfg)
+  # The numpy reference over the raw tokens of all three steps together.
+  mask = np.concatenate([x[2]["response_mask"] for x in inputs]) > 0
+  opd = mask & (np.concatenate([x[2]["opd_mask"] for x in inputs])[:, None] > 0)
+  lp, entropy, teacher = (np.concatenate([x[i] for x in inputs]).astype(np.float64)
+                          for i in (0, 1, 3))
+  delta = (teacher - lp)[opd]
+  gate = 1 / (1 + np.exp(-cfg.beta_opd * delta))
+  pg = np.concatenate([_np_pg(x[0], x[2]["old_logprobs"], x[2]["advantages"], cfg.clip_low,
+                              cfg.clip_high, cfg.dual_clip) for x in inputs])
+  np.testing.assert_allclose(update["entropy"], entropy[mask].mean(), rtol=1e-5)
+  np.testing.assert_allclose(update["pg_loss"], pg[mask].mean(), rtol=1e-5)
+  np.testing.assert_allclose(update["gate_mean"], gate.mean(), rtol=1e-5)
+  np.testing.assert_allclose(update["delta_mean"], delta.mean(), rtol=1e-5)
+  np.testing.assert_allclose(update["delta_std"], delta.std(), rtol=1e-3)
+  np.testing.assert_allclose([update["delta_max"], update["delta_min"]],
+                             [delta.max(), delta.min()], rtol=1e-6)
+  hist = np.histogram(gate, bins=cfg.gate_bins, range=(0, 1))[0]
+  np.testing.assert_allclose(update["gate_hist"], hist / len(gate), atol=1e-6)
+  assert update["tokens"] == mask.sum() and update["opd_tokens"] == opd.sum()
+  assert update["grad_norm"] == 3.0 and np.isclose(update["loss"], 0.3)  # their mean
+  assert update["learning_rate"] == 0.06 and update["skipped_total"] == 2.0  # the last
+  assert update["update_skipped"] == 0.0  # summed: no step skipped
+
+
+def test_an_update_counts_its_skipped_steps():
+  from seed_jax.seed.train_step import update_metrics
+  cfg = losses.LossConfig()
+  steps = [dict(_step_outputs(_inputs(seed), cfg, 1.0), update_skipped=skipped,
+                skipped_total=total) for seed, skipped, total in ((0, 1.0, 1.0), (1, 0.0, 1.0),
+                                                                  (2, 1.0, 2.0))]
+  update = update_metrics(steps, cfg)
+  assert update["update_skipped"] == 2.0 and update["skipped_total"] == 2.0
 
 
 def test_an_update_without_opd_tokens_reports_its_opd_means_as_zero():
-  steps = [_step_metrics(np.ones(4), np.zeros(0), np.zeros(0))] * 2
-  update = losses.combine_step_metrics(steps)
+  from seed_jax.seed.train_step import update_metrics
+  cfg = losses.LossConfig()
+  inputs = _inputs(7)
+  inputs[2]["opd_mask"] = np.zeros(B, np.float32)
+  inputs[1][:] = 1.0  # entropy 1 at every token
+  update = update_metrics([_step_outputs(inputs, cfg, 1.0)] * 2, cfg)
   assert update["gate_mean"] == update["delta_std"] == update["delta_max"] == 0.0
-  assert update["entropy"] == 1.0
+  assert update["opd_tokens"] == 0.0 and update["entropy"] == 1.0

@@ -7,18 +7,11 @@ import re
 
 import pytest
 
-from seed_jax.models.embedded import embedded_model_dir
-from seed_jax.models.tokenizer import load_tokenizer
 from seed_jax.seed import transcript as tr
 from seed_jax.seed.batch import StepRecord, Trajectory
 from seed_jax.models.tokenizer import chat_prompt_ids
 
 TASK = "put a cool apple in countertop"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  return load_tokenizer(embedded_model_dir())
 
 
 def _step(i: int, observation: str | None = None, response: str | None = None):

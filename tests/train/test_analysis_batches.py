@@ -18,11 +18,11 @@ class RecordingSampler:
 
 
 def _generate(decode_batch: int, prompts):
-  trainer = Trainer.__new__(Trainer)  # only what _policy_generate reads
+  trainer = Trainer.__new__(Trainer)  # only what policy_generate reads
   trainer.spec = tiny_spec("smollm2-135m-instruct", "seed",
                            **{"analyzer.decode_batch": decode_batch})
   trainer.sampler = RecordingSampler()
-  texts = trainer._policy_generate(prompts, temperature=0.7, seed=10)  # pylint: disable=protected-access
+  texts = trainer.policy_generate(prompts, temperature=0.7, seed=10)
   return texts, trainer.sampler.requests
 
 

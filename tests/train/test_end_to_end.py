@@ -31,7 +31,21 @@ def test_every_algorithm_runs_end_to_end(tiny_model, tmp_path, algorithm):
   train = [r for r in records if r["phase"] == "train"]
   assert len(train) == 1 and np.isfinite(train[0]["loss"])
   assert train[0]["time_rollout_s"] > 0 and "invalid_action_rate" in train[0]
-  assert ("opd_loss" in train[0]) == (algorithm in ("seed", "static_library", "no_sft"))
+  opd = algorithm in ("seed", "static_library", "no_sft")
+  assert ("opd_loss" in train[0]) == opd
+  # The teacher gap at theta_old (the default "precomputed" teacher mode), split by where the
+  # tokens sit and how their episode ended, in metrics.jsonl and per trajectory.
+  assert ("gap_all_tokens" in train[0]) == opd
+  if opd:
+    gap = {k: v for k, v in train[0].items() if k.startswith("gap_")}
+    assert gap["gap_action_tokens"] + gap["gap_rest_tokens"] == gap["gap_all_tokens"]
+    assert gap["gap_won_tokens"] + gap["gap_failed_tokens"] == gap["gap_all_tokens"]
+    assert all(np.isfinite(v) for v in gap.values())
+    with open(tmp_path / "analysis" / "iter_1.jsonl") as f:
+      gates = [g for g in (json.loads(line)["gate"] for line in f) if g is not None]
+    assert sum(g["opd_tokens"] for g in gates) == gap["gap_all_tokens"]
+    for g in gates:
+      assert g["gap_action_tokens"] + g["gap_rest_tokens"] == g["opd_tokens"]
   assert any(r["phase"] == "sft" for r in records) == (
       algorithm in ("seed", "static_library", "no_opd"))
   assert os.path.exists(tmp_path / "export" / "model.safetensors")

@@ -6,7 +6,7 @@ import pytest
 
 from seed_jax.envs.base import Task
 from seed_jax.seed.batch import Trajectory
-from seed_jax.train.evaluate import split_results
+from seed_jax.train.results import split_results
 from seed_jax.train.tasks import TaskIterator
 
 

@@ -9,7 +9,7 @@ from tests.train.conftest import tiny_spec
 
 
 def test_rows_are_scored_a_micro_batch_at_a_time_and_keep_their_order():
-  trainer = Trainer.__new__(Trainer)  # only what _score_rows reads
+  trainer = Trainer.__new__(Trainer)  # only what score_rows reads
   trainer.spec = tiny_spec("smollm2-135m-instruct", "seed",
                            **{"rl.mini_batch_size": 8, "rl.micro_batch_size": 4})
   trainer.mesh = None
@@ -21,6 +21,6 @@ def test_rows_are_scored_a_micro_batch_at_a_time_and_keep_their_order():
 
   trainer.score = score
   tokens = np.arange(16 * 6).reshape(16, 6)
-  logprobs = trainer._score_rows(None, tokens, tokens > 0, 2)  # pylint: disable=protected-access
+  logprobs = trainer.score_rows(None, tokens, tokens > 0, 2)
   assert calls == [(4, 6)] * 4  # not the 8-row mini-batch: 16x less memory at paper scale
   np.testing.assert_array_equal(logprobs, tokens[:, -2:])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 
@@ -84,6 +85,46 @@ def test_unknown_preset_lists_the_known_ones():
     ("analyzer.retry_temperature", 0.0, "config.analyzer.retry_temperature"),
     ("analyzer.decode_batch", -1, "config.analyzer.decode_batch"),
     ("init_from", "/no/such/weights", "config.init_from: no such path"),
+    # Rates, sizes and paths that reached a running trainer before (issue 24).
+    ("seed", -1, "config.seed: a non-negative integer"),
+    ("model.name", "/nonexistent", "config.model.name: an embedded model"),
+    ("model.name", "smollm2-135m", "config.model.name: an embedded model"),
+    ("model.name", os.path.join(REPO, "README.md"), "config.model.name: an embedded model"),
+    ("rl.learning_rate", -1.0, "config.rl.learning_rate: a positive number"),
+    ("rl.learning_rate", 0.0, "config.rl.learning_rate: a positive number"),
+    ("rl.warmup_steps", -1, "config.rl.warmup_steps: a non-negative integer"),
+    ("rl.weight_decay", -0.01, "config.rl.weight_decay: a non-negative number"),
+    ("rl.grad_clip", -1.0, "config.rl.grad_clip: a non-negative number"),
+    ("rl.clip_ratio_low", 1.5, r"config.rl.clip_ratio_low: in \[0, 1\]"),
+    ("rl.clip_ratio_high", -0.2, "config.rl.clip_ratio_high"),
+    ("rl.kl_coef", -0.01, "config.rl.kl_coef"),
+    ("rl.entropy_coef", -0.001, "config.rl.entropy_coef"),
+    ("rl.beta_opd", -5.0, "config.rl.beta_opd"),
+    ("rl.invalid_penalty", -0.1, "config.rl.invalid_penalty"),
+    ("rl.iterations", -1, "config.rl.iterations"),
+    ("rl.logprob_chunk", 0, "config.rl.logprob_chunk"),
+    ("rollout.max_new_tokens", 0, "config.rollout.max_new_tokens"),
+    ("rollout.temperature", -1.0, "config.rollout.temperature"),
+    ("pool.num_workers", 0, "config.pool.num_workers"),
+    ("pool.step_timeout_s", 0.0, "config.pool.step_timeout_s"),
+    ("sft.learning_rate", -5e-6, "config.sft.learning_rate"),
+    ("sft.warmup_fraction", 1.0, "config.sft.warmup_fraction"),
+    ("sft.batch_size", 0, "config.sft.batch_size"),
+    ("sft.max_turns", 0, "config.sft.max_turns"),
+    ("sft.rollouts_per_task", 0, "config.sft.rollouts_per_task"),
+    ("bc.episodes", -1, "config.bc.episodes"),
+    ("bc.batch_size", 0, "config.bc.batch_size"),
+    ("bc.skill_fraction", 1.5, "config.bc.skill_fraction: a fraction in \\[0, 1\\]"),
+    ("bc.skill_fraction", -0.1, "config.bc.skill_fraction"),
+    ("skill_placement", "middle", "config.skill_placement: one of"),
+    ("analyzer.max_new_tokens", 0, "config.analyzer.max_new_tokens"),
+    ("analyzer.min_skill_words", 0, "config.analyzer.min_skill_words"),
+    ("analyzer.openai.timeout_s", 0.0, "config.analyzer.openai.timeout_s"),
+    ("analyzer.openai.max_http_retries", -1, "config.analyzer.openai.max_http_retries"),
+    ("analyzer.static_library", "/no/such/library.json",
+     "config.analyzer.static_library: no such file"),
+    ("eval.every", -1, "config.eval.every"),
+    ("checkpoint.every", -1, "config.checkpoint.every"),
 ])
 def test_bad_values_name_the_key(key, value, match):
   config = _set(load("alfworld" if key.startswith("env.") else "sokoban", "cpu"), key, value)
@@ -93,7 +134,6 @@ def test_bad_values_name_the_key(key, value, match):
 
 @pytest.mark.parametrize("key,value,field", [
     ("seed", 7, "seed"),
-    ("model.name", "some/folder", "model.name"),
     ("model.dtype", "bfloat16", "model.dtype"),
     ("mesh.tensor", 2, "mesh.tensor"),
     ("pool.num_workers", 3, "env.num_workers"),
@@ -130,7 +170,6 @@ def test_bad_values_name_the_key(key, value, match):
     ("analyzer.retry_temperature", 0.5, "analyzer.retry_temperature"),
     ("analyzer.decode_batch", 32, "analyzer.decode_batch"),
     ("analyzer.max_prompt_tokens", 900, "analyzer_max_prompt_tokens"),
-    ("analyzer.static_library", "lib.json", "static_library"),
     ("sft.tasks_per_type", 3, "stage1.tasks_per_type"),
     ("sft.rollouts_per_task", 3, "stage1.rollouts_per_task"),
     ("sft.max_turns", 11, "stage1.rollout.max_turns"),
@@ -144,6 +183,9 @@ def test_bad_values_name_the_key(key, value, match):
     ("bc.episodes", 5, "bc.episodes"),
     ("bc.epochs", 4, "bc.fine_tune.epochs"),
     ("bc.learning_rate", 2e-4, "bc.fine_tune.learning_rate"),
+    ("bc.skill_fraction", 1.0, "bc.skill_fraction"),
+    ("bc.disjoint", True, "bc.disjoint"),
+    ("skill_placement", "end", "skill_placement"),
     ("eval.every", 3, "eval.every"),
     ("eval.temperature", 0.2, "eval.rollout.temperature"),
     ("eval.max_episodes", 7, "eval.max_episodes"),
@@ -153,6 +195,78 @@ def test_bad_values_name_the_key(key, value, match):
 def test_each_key_reaches_its_spec_field(key, value, field):
   config = _set(load("alfworld", "cpu"), key, value)
   assert _field(build_run_spec(config), field) == value
+
+
+def hf_folder(path, weights: bool = True) -> str:
+  """A folder that is an HF model folder as far as the spec looks: config.json (and the
+  weights file unless `weights` is False); nothing in it is read."""
+  path.mkdir(parents=True, exist_ok=True)
+  (path / "config.json").write_text("{}")
+  if weights:
+    (path / "model.safetensors").write_text("")
+  return str(path)
+
+
+def test_model_name_is_an_embedded_model_a_shape_an_hf_folder_or_a_gguf_file(tmp_path):
+  (tmp_path / "m.gguf").write_text("")
+  for name in ("smollm2-135m-instruct", "qwen2.5-7b-instruct", hf_folder(tmp_path / "hf"),
+               hf_folder(tmp_path / "config_only", weights=False), str(tmp_path / "m.gguf")):
+    assert build_run_spec(_set(load("alfworld", "cpu"), "model.name", name)).model.name == name
+
+
+def test_a_folder_without_config_json_is_not_a_model(tmp_path):
+  (tmp_path / "model.safetensors").write_text("")
+  with pytest.raises(ConfigError, match="config.model.name: an embedded model"):
+    build_run_spec(_set(load("alfworld", "cpu"), "model.name", str(tmp_path)))
+
+
+@pytest.mark.parametrize("name,weights", [
+    ("smollm2-135m-instruct", True), ("qwen2.5-7b-instruct", False)])
+def test_only_a_model_shape_has_no_weights_among_names(name, weights):
+  spec = build_run_spec(_set(load("alfworld", "cpu"), "model.name", name))
+  assert (spec.model.weights_error() is None) == weights
+
+
+def test_a_folder_without_weights_has_a_weights_error_naming_the_key(tmp_path):
+  for folder, weights in ((tmp_path / "a", True), (tmp_path / "b", False)):
+    config = _set(load("alfworld", "cpu"), "model.name", hf_folder(folder, weights))
+    error = build_run_spec(config).model.weights_error()
+    assert (error is None) == weights
+    assert weights or error.startswith("config.model.name: ")
+
+
+def test_a_static_library_file_reaches_the_spec_and_a_bad_one_names_the_key(tmp_path):
+  library = tmp_path / "library.json"
+  library.write_text('{"pick_and_place": "Find the object first."}')
+  config = _set(load("alfworld", "cpu"), "analyzer.static_library", str(library))
+  assert build_run_spec(config).static_library == str(library)
+  library.write_text("[]")
+  with pytest.raises(ConfigError, match="config.analyzer.static_library: .*non-empty JSON"):
+    build_run_spec(config)
+  library.write_text("{not json")
+  with pytest.raises(ConfigError, match="config.analyzer.static_library: .*not JSON"):
+    build_run_spec(config)
+
+
+def test_a_static_library_uri_is_left_to_the_run():
+  # No network at spec time (plan and experiment build specs anywhere): a URI is read
+  # when the run needs its library.
+  config = _set(load("alfworld", "cpu"), "analyzer.static_library", "gs://bucket/lib.json")
+  assert build_run_spec(config).static_library == "gs://bucket/lib.json"
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(learning_rate=0.0), "learning_rate: a positive number"),
+    (dict(b2=1.0), "b2: in [0, 1)"),
+    (dict(eps=0.0), "eps: a positive number"),
+    (dict(schedule="linear"), "schedule: one of"),
+    (dict(schedule="cosine", warmup_steps=5, total_steps=5), "total_steps: more than"),
+])
+def test_the_optimizer_spec_refuses_values_its_schedule_cannot_use(fields, match):
+  from seed_jax.checks import SpecError
+  from seed_jax.seed.optim import OptimConfig
+  with pytest.raises(SpecError, match=re.escape(match)):
+    OptimConfig(**fields)
 
 
 def test_init_from_reaches_the_spec_when_it_holds_weights(tmp_path):

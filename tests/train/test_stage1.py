@@ -8,8 +8,6 @@ import json
 
 import pytest
 
-from seed_jax.models.embedded import embedded_model_dir
-from seed_jax.models.tokenizer import load_tokenizer
 from seed_jax.seed import analyzer as an
 from seed_jax.seed.batch import StepRecord, Trajectory
 from seed_jax.train import stage1
@@ -18,11 +16,6 @@ from seed_jax.models.tokenizer import chat_prompt_ids
 
 TASK = "put a cool apple in countertop"
 BUDGET = 512
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  return load_tokenizer(embedded_model_dir())
 
 
 def _traj(traj_id: str, num_steps: int, won: bool) -> Trajectory:
@@ -118,6 +111,30 @@ def test_behaviour_cloning_pairs_every_expert_message_with_its_response(tokenize
   assert [list(e.prompt_ids) for e in examples] == [chat_prompt_ids(tokenizer, "turn one"),
                                                     chat_prompt_ids(tokenizer, "turn two")]
   assert tokenizer.decode(examples[1].target_ids) == "<action>open fridge 1</action>"
+
+
+def test_a_skill_reading_warm_start_adds_steps_with_the_games_oracle_plan(tokenizer):
+  demos = [Demonstration(f"t{g}", "pick", f"put a mug in shelf {g}.",
+                         messages=[f"Your task is to: put a mug in shelf {g}.\nturn {i}"
+                                   for i in range(4)],
+                         responses=[f"<action>step {i}</action>" for i in range(4)],
+                         actions=[f"go to shelf {g}", "take mug 1", "put mug 1", "look"],
+                         won=True) for g in (1, 2)]
+  plain = stage1.bc_examples(tokenizer, demos)
+  half = stage1.bc_examples(tokenizer, demos, skill_fraction=0.5,
+                            task_line_pattern="Your task is to:", seed=3)
+  assert half[:8] == plain and len(half) == 12  # 4 of the 8 steps again, with a skill
+  for example in half[8:]:
+    prompt = tokenizer.decode(example.prompt_ids)
+    game = prompt.split("shelf ")[1][0]  # the game the message is from ...
+    assert f"act in this order: go to shelf {game}, then take mug 1" in prompt  # ... its plan
+    assert "## Episode-Level Skill" in prompt
+    target = tokenizer.decode(example.target_ids)
+    assert f"turn {target[-10]}" in prompt  # the step's own response
+  assert stage1.bc_examples(tokenizer, demos, skill_fraction=0.5,
+                            task_line_pattern="Your task is to:", seed=3) == half  # seeded
+  assert len(stage1.bc_examples(tokenizer, demos, skill_fraction=1.0,
+                                task_line_pattern="Your")) == 16
 
 
 def test_sft_rows_too_short_for_the_analyzer_prompt_are_refused(tokenizer):

@@ -1,0 +1,174 @@
+"""The teacher gap on the sampled tokens: where the skill-conditioned teacher moves, and how far.
+
+SEED's signal is the shift `delta = lp_skill - lp` of each sampled response token and the
+OPD gate `sigmoid(beta_opd * delta)`. Whether the teacher knows more than the student shows
+in where that shift sits: on the action span (the env command the response commits to, the
+decision) or on the rest (the reasoning before it, the format), and whether it differs
+between won and failed trajectories. Means hide a teacher that raises a few decisive tokens
+and lowers many others, so every split reports quantiles and the shares of clearly
+endorsed (gate > 0.6) and clearly opposed (gate < 0.4) tokens too.
+
+Host side, numpy. The figures are at theta_old: `delta = teacher_logprobs - old_logprobs`,
+the skill-conditioned and the plain score of the tokens under the parameters that sampled
+them, as `seed_jax.seed.batch.trajectory_gate_stats` does. Only the "precomputed" teacher
+mode scores the teacher on the host at theta_old; in the "joint" and "separate" modes the
+teacher is scored inside the train step and these figures are absent.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from seed_jax.envs.agent_format import action_char_span
+from seed_jax.seed.batch import Trajectory
+
+GATE_HIGH, GATE_LOW = 0.6, 0.4  # a gate this far from 0.5 is a clear teacher opinion
+QUANTILES = (10, 50, 90)
+# The splits of `token_gap_stats`: metric-key prefix -> which OPD-active tokens.
+SPLITS = ("all", "action", "rest", "won", "failed")
+
+
+def action_token_mask(tokenizer, response_ids: Sequence[int]) -> np.ndarray:
+  """Bool `[len(response_ids)]`: the tokens whose decoded characters overlap the action
+  block (`action_char_span` of the decoded response); all False without a block.
+
+  Token i covers the characters `[L(i), L(i + 1))` with `L(i) = len(decode(ids[:i]))`, which
+  grows with i, so each end of the span is found by binary search over prefixes: O(log n)
+  decodes, not one per token. A token straddling a tag's edge (e.g. `"><"`) counts as in.
+  """
+  ids = list(response_ids)
+  mask = np.zeros(len(ids), bool)
+  span = action_char_span(tokenizer.decode(ids))
+  if span is None:
+    return mask
+  start, end = span
+
+  def first_prefix(reaches: int, strictly: bool) -> int:
+    """The smallest k in [0, n] with L(k) > reaches (strictly) or L(k) >= reaches."""
+    lo, hi = 0, len(ids)
+    while lo < hi:
+      mid = (lo + hi) // 2
+      length = len(tokenizer.decode(ids[:mid]))
+      if length > reaches or (not strictly and length >= reaches):
+        hi = mid
+      else:
+        lo = mid + 1
+    return lo
+
+  # First token: the first whose end passes `start`; last: the last that starts before `end`.
+  first = first_prefix(start, strictly=True) - 1
+  last = first_prefix(end, strictly=False) - 1
+  mask[max(first, 0):last + 1] = True
+  return mask
+
+
+def response_action_masks(trajectories: Sequence[Trajectory], response_len: int, tokenizer,
+                          num_rows: int | None = None) -> np.ndarray:
+  """Bool `[B, R]` over `build_batch`'s rows: True at the response tokens of each step's
+  action block (`action_token_mask`).
+
+  Rows follow `build_batch`: every step of every trajectory in turn, a response's token r
+  in column r, responses longer than R cut to their first R tokens (the block is found in
+  the whole response, then cut). `num_rows` (default: the step count) adds all-False rows
+  for build_batch's padding rows.
+  """
+  steps = [step for traj in trajectories for step in traj.steps]
+  rows = len(steps) if num_rows is None else num_rows
+  if rows < len(steps):
+    raise ValueError(f"{rows} rows for {len(steps)} steps")
+  out = np.zeros((rows, response_len), bool)
+  for row, step in enumerate(steps):
+    mask = action_token_mask(tokenizer, step.response_ids)[:response_len]
+    out[row, :len(mask)] = mask
+  return out
+
+
+def gap_summary(delta: np.ndarray, beta: float, prefix: str = "") -> dict[str, float]:
+  """Figures of a 1-D array of token shifts `delta [N]` and their gates `sigmoid(beta*delta)`.
+
+  Returns `{prefix}tokens`, `{prefix}delta_mean`, `{prefix}delta_q10 / _q50 / _q90` (linear
+  interpolation), `{prefix}gate_mean`, `{prefix}gate_above_0.6` and `{prefix}gate_below_0.4`
+  (shares of the tokens); with no token only `{prefix}tokens: 0` (no NaN in JSON).
+  """
+  delta = np.asarray(delta, np.float64).reshape(-1)
+  out = {f"{prefix}tokens": int(delta.size)}
+  if not delta.size:
+    return out
+  gate = 1.0 / (1.0 + np.exp(-beta * delta))
+  out[f"{prefix}delta_mean"] = float(delta.mean())
+  for q, value in zip(QUANTILES, np.percentile(delta, QUANTILES)):
+    out[f"{prefix}delta_q{q}"] = float(value)
+  out[f"{prefix}gate_mean"] = float(gate.mean())
+  out[f"{prefix}gate_above_{GATE_HIGH}"] = float(np.mean(gate > GATE_HIGH))
+  out[f"{prefix}gate_below_{GATE_LOW}"] = float(np.mean(gate < GATE_LOW))
+  return out
+
+
+def _won_rows(trajectories: Sequence[Trajectory], num_rows: int) -> np.ndarray:
+  """Bool `[B]`: the rows of won trajectories (build_batch's padding rows: False)."""
+  won = np.zeros(num_rows, bool)
+  won[:sum(len(t.steps) for t in trajectories)] = np.repeat(
+      [bool(t.won) for t in trajectories], [len(t.steps) for t in trajectories])
+  return won
+
+
+def _active_and_delta(batch: dict[str, np.ndarray], teacher_logprobs: np.ndarray,
+                      action_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(active bool `[B, R]`, delta float64 `[B, R]`, action bool `[B, R]`). An action mask
+  with fewer rows than the batch (no padding rows) is padded with False."""
+  active = (batch["response_mask"] * batch["opd_mask"][:, None]) > 0
+  delta = np.asarray(teacher_logprobs, np.float64) - batch["old_logprobs"]
+  action = np.zeros(active.shape, bool)
+  action[:action_mask.shape[0]] = action_mask
+  return active, delta, action
+
+
+def token_gap_stats(trajectories: Sequence[Trajectory], batch: dict[str, np.ndarray],
+                    teacher_logprobs: np.ndarray, beta: float, action_mask: np.ndarray
+                    ) -> dict[str, float]:
+  """The teacher gap of one batch at theta_old, over its OPD-active tokens.
+
+  Args:
+    trajectories: the batch's episodes, in `build_batch`'s row order.
+    batch: `build_batch`'s output (`old_logprobs`, `response_mask [B, R]`, `opd_mask [B]`).
+    teacher_logprobs: `[B, R]` under the skill-augmented prompts at theta_old (the
+      "precomputed" teacher mode's; the other modes have none on the host).
+    beta: the OPD gate's `beta_opd`.
+    action_mask: bool `[B, R]` (or `[steps, R]`), `response_action_masks`.
+  Returns:
+    `gap_summary` of the tokens of each split, under the prefixes `gap_all_`,
+    `gap_action_` (the action block), `gap_rest_` (the rest of the response), `gap_won_`
+    and `gap_failed_` (the tokens of won / failed trajectories).
+  """
+  active, delta, action = _active_and_delta(batch, teacher_logprobs, action_mask)
+  won = _won_rows(trajectories, active.shape[0])[:, None]
+  # Padding rows hold no active token, so `~won` picks the failed trajectories' tokens.
+  splits = {"all": active, "action": active & action, "rest": active & ~action,
+            "won": active & won, "failed": active & ~won}
+  out: dict[str, float] = {}
+  for name in SPLITS:
+    out.update(gap_summary(delta[splits[name]], beta, f"gap_{name}_"))
+  return out
+
+
+def trajectory_token_gaps(trajectories: Sequence[Trajectory], batch: dict[str, np.ndarray],
+                          teacher_logprobs: np.ndarray, beta: float, action_mask: np.ndarray
+                          ) -> list[dict[str, float] | None]:
+  """Per trajectory, `gap_summary` of its OPD-active tokens on the action block
+  (`gap_action_*`) and on the rest (`gap_rest_*`): the analysis file's split figures. None
+  for a trajectory without OPD-active tokens (no skill). Arguments as `token_gap_stats`.
+  """
+  active, delta, action = _active_and_delta(batch, teacher_logprobs, action_mask)
+  out, row = [], 0
+  for traj in trajectories:
+    rows = slice(row, row + len(traj.steps))
+    row += len(traj.steps)
+    if not active[rows].any():
+      out.append(None)
+      continue
+    on_action = active[rows] & action[rows]
+    out.append({**gap_summary(delta[rows][on_action], beta, "gap_action_"),
+                **gap_summary(delta[rows][active[rows] & ~action[rows]], beta, "gap_rest_")})
+  return out
