@@ -2,7 +2,7 @@
 
   python -m seed_jax.teacher_gap --config=configs/alfworld.py:cpu [--init=RUN_OR_HF_FOLDER]
       [--split=valid_unseen] [--episodes=N] [--json=FILE] [--placement=end]
-      [--config.KEY=VALUE ...]
+      [--parts=acting,decision,tokens] [--config.KEY=VALUE ...]
 
 On the split's tasks it compares the policy acting from the plain prompt with the policy
 reading a skill through H, for each skill source (oracle plan, the policy's own analysis,
@@ -46,6 +46,10 @@ _JSON = flags.DEFINE_string("json", None, "also write the figures to this JSON f
 _PLACEMENT = flags.DEFINE_string("placement", None, "where H puts the skill: task_line, end "
                                  "or system (default: config.skill_placement)")
 _SEED = flags.DEFINE_integer("seed", 0, "seed of the env resets and of sampling")
+_PARTS = flags.DEFINE_list("parts", ["acting", "decision", "tokens"],
+                           "what to measure: acting (every source plays the tasks), decision "
+                           "(the expert's choice among the admissible actions), tokens (the "
+                           "shift on the plain episodes' tokens); decision alone is cheapest")
 flags.mark_flags_as_required(["config"])
 
 
@@ -59,6 +63,10 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--split={_SPLIT.value}: choose among {', '.join(SPLITS)}")
   if _EPISODES.value < 0:
     raise app.UsageError(f"--episodes={_EPISODES.value}: a number of tasks >= 0")
+  unknown = sorted(set(_PARTS.value) - {"acting", "decision", "tokens"})
+  if unknown or not _PARTS.value:
+    raise app.UsageError(f"--parts={','.join(_PARTS.value)}: choose among acting, decision, "
+                         "tokens")
   if _PLACEMENT.value is not None and _PLACEMENT.value not in PLACEMENTS:
     raise app.UsageError(f"--placement={_PLACEMENT.value}: one of {', '.join(PLACEMENTS)}")
   config = _CONFIG.value
@@ -87,7 +95,7 @@ def main(argv: Sequence[str]) -> None:
     trainer = Trainer(spec, scratch)
     try:
       result = teacher_gap.measure(trainer, _SPLIT.value, _EPISODES.value, seed=_SEED.value,
-                                   placement=_PLACEMENT.value)
+                                   placement=_PLACEMENT.value, parts=_PARTS.value)
     finally:
       trainer.close()
   result["init"] = spec.init_from or spec.model.name

@@ -159,18 +159,53 @@ def policy_skills(trainer, trajs, seed: int) -> tuple[dict[str, str | None], flo
   return skills, sum(r.skill is not None for r in reports) / max(len(reports), 1)
 
 
+PARTS = ("acting", "decision", "tokens")
+
+
+def _source_entry(source: str, acting, p_expert, skills, token_gap, beta: float,
+                  plain: dict[str, Any] | None) -> dict[str, Any]:
+  """One source's figures (None where its part was not measured); `plain` is the plain
+  prompt's entry, which the gaps are taken against (None for `plain` itself)."""
+  stats = acting.get(source)
+  entry: dict[str, Any] = {
+      "success": stats["success"] if stats else None,
+      "invalid_action_rate": stats["invalid_action_rate"] if stats else None,
+      "p_expert": float(p_expert[source].mean()) if source in p_expert else None,
+      "skills": 0 if skills is None else sum(s is not None for s in skills.values())}
+  if plain is None:
+    return entry
+  if stats:
+    entry["acting_gap"] = entry["success"] - plain["success"]
+  if entry["p_expert"] is not None:
+    entry["decision_gap"] = entry["p_expert"] - plain["p_expert"]
+    entry["raised"] = float(np.mean(p_expert[source] > p_expert["plain"]))
+  if source in token_gap:
+    deltas = token_gap[source]
+    entry["token_gap"] = {**gap_summary(deltas["action"], beta, "action_"),
+                          **gap_summary(deltas["rest"], beta, "rest_")}
+  return entry
+
+
 def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
-            placement: str | None = None, log=print) -> dict[str, Any]:
-  """Every figure of the module docstring for the first `episodes` tasks of `split` (0: all).
+            placement: str | None = None, parts: Sequence[str] = PARTS,
+            log=print) -> dict[str, Any]:
+  """The figures of the module docstring for the first `episodes` tasks of `split` (0: all).
 
   Args:
     trainer: a `seed_jax.train.trainer.Trainer` holding the policy to measure (its pool,
       sampler, scorer and analyzer decoding are used; nothing is trained).
     placement: where H puts the skill (default: the run's `skill_placement`).
+    parts: which of `PARTS` to measure. `acting` plays every source; `decision` scores
+      the expert's steps; `tokens` scores the plain episodes' tokens. The `policy` source
+      needs the plain episodes (played when `acting` or `tokens` is asked for).
   Returns:
     a JSON-serialisable dict: one object per source (`plain`, `oracle`, `policy`,
-    `wrong`, `empty`) with at least `success` and `p_expert`, and `content_score`.
+    `wrong`, `empty`) with at least `success` and `p_expert` (None where not measured),
+    and `content_score`.
   """
+  unknown = sorted(set(parts) - set(PARTS))
+  if unknown:
+    raise ValueError(f"unknown parts {unknown}; choose among {PARTS}")
   spec, fmt, tokenizer = trainer.spec, trainer.fmt, trainer.tokenizer
   placement = placement or spec.skill_placement
   tasks = trainer.tasks(split)
@@ -187,63 +222,56 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
     clock = now
 
   demos, points = expert_episodes(trainer.pool(), fmt, tasks, spec.env.max_steps, seed)
-  skills = oracle_and_control_skills(demos)
-  skills["plain"] = None
+  skills = {"plain": None, **oracle_and_control_skills(demos)}
   lap("expert")
+  log(f"[teacher_gap] {len(tasks)} {split} tasks, {len(points)} decision points")
 
   def act(task_skills):
     return play_episodes(trainer.sampler, tokenizer, trainer.pool(), fmt, tasks, 1,
                          spec.eval.rollout, seed=seed, group_prefix=f"gap-{split}:",
                          task_skills=task_skills, skill_placement=placement, desc=None)
 
-  log(f"[teacher_gap] {len(tasks)} {split} tasks, {len(points)} decision points; acting plain")
   acting: dict[str, dict[str, float]] = {}
-  plain_trajs, acting["plain"] = act(None)
-  lap("acting")
-  skills["policy"], parse_rate = policy_skills(trainer, plain_trajs, seed)
-  lap("analysis")
-  for source in SKILL_SOURCES:
-    log(f"[teacher_gap] acting with the {source} skill")
-    task_skills = {tid: s for tid, s in skills[source].items() if s is not None}
-    acting[source] = act(task_skills)[1]
-  lap("acting")
-
-  score_fn = make_continuation_fn(trainer.graphdef, trainer.mesh,
-                                  spec.train_step.logprob_chunk)
-  p_expert = {}
-  for source in SOURCES:
-    log(f"[teacher_gap] decision probabilities, {source}")
-    p_expert[source] = decision_probabilities(score_fn, trainer.state.params, tokenizer, fmt,
-                                              points, skills[source], placement,
-                                              tokenizer.pad_id)
-  lap("decisions")
-  log("[teacher_gap] token gap on the plain episodes' tokens")
-  token_gaps = token_deltas(trainer, plain_trajs, {s: skills[s] for s in SKILL_SOURCES},
-                            placement)
-  lap("token_gap")
+  plain_trajs, parse_rate = None, None
+  if "acting" in parts or "tokens" in parts:
+    log("[teacher_gap] acting plain")
+    plain_trajs, acting["plain"] = act(None)
+    lap("acting")
+    skills["policy"], parse_rate = policy_skills(trainer, plain_trajs, seed)
+    lap("analysis")
+  sources = [s for s in SOURCES if skills.get(s) is not None or s == "plain"]
+  if "acting" in parts:
+    for source in sources[1:]:
+      log(f"[teacher_gap] acting with the {source} skill")
+      acting[source] = act({t: s for t, s in skills[source].items() if s is not None})[1]
+    lap("acting")
+  p_expert: dict[str, np.ndarray] = {}
+  if "decision" in parts and points:
+    score_fn = make_continuation_fn(trainer.graphdef, trainer.mesh,
+                                    spec.train_step.logprob_chunk)
+    for source in sources:
+      log(f"[teacher_gap] decision probabilities, {source}")
+      p_expert[source] = decision_probabilities(score_fn, trainer.state.params, tokenizer,
+                                                fmt, points, skills[source], placement,
+                                                tokenizer.pad_id)
+    lap("decisions")
+  token_gap = {}
+  if "tokens" in parts:
+    log("[teacher_gap] token gap on the plain episodes' tokens")
+    token_gap = token_deltas(trainer, plain_trajs, {s: skills[s] for s in sources[1:]},
+                             placement)
+    lap("token_gap")
   beta = spec.train_step.loss.beta_opd
-  result: dict[str, Any] = {}
-  for source in SOURCES:
-    stats = acting[source]
-    entry: dict[str, Any] = {
-        "success": stats["success"], "invalid_action_rate": stats["invalid_action_rate"],
-        "p_expert": float(p_expert[source].mean()) if points else None,
-        "skills": (0 if skills[source] is None
-                   else sum(s is not None for s in skills[source].values()))}
-    if source != "plain":
-      entry["acting_gap"] = stats["success"] - acting["plain"]["success"]
-      if points:
-        entry["decision_gap"] = entry["p_expert"] - result["plain"]["p_expert"]
-        entry["raised"] = float(np.mean(p_expert[source] > p_expert["plain"]))
-      deltas = token_gaps[source]
-      entry["token_gap"] = {**gap_summary(deltas["action"], beta, "action_"),
-                            **gap_summary(deltas["rest"], beta, "rest_")}
-    result[source] = entry
+  result: dict[str, Any] = {"plain": _source_entry("plain", acting, p_expert, None,
+                                                   token_gap, beta, None)}
+  for source in SKILL_SOURCES:
+    result[source] = _source_entry(source, acting, p_expert, skills.get(source), token_gap,
+                                   beta, result["plain"])
   result["policy"]["parse_rate"] = parse_rate
-  result["content_score"] = (result["oracle"]["p_expert"] - result["wrong"]["p_expert"]
-                             if points else None)
+  oracle, wrong = result["oracle"]["p_expert"], result["wrong"]["p_expert"]
+  result["content_score"] = None if oracle is None or wrong is None else oracle - wrong
   result.update(split=split, tasks=len(tasks), decision_points=len(points),
-                placement=placement, beta_opd=beta, seconds=seconds)
+                placement=placement, beta_opd=beta, parts=list(parts), seconds=seconds)
   return result
 
 
@@ -279,5 +307,5 @@ def format_table(result: dict[str, Any]) -> str:
         f"{_cell(gap.get('action_gate_below_0.4'), '{:.0%}')} |")
   lines += ["", f"content score (oracle minus wrong p(expert)): "
             f"{_cell(result['content_score'], signed=True)}; policy skills parsed: "
-            f"{result['policy']['parse_rate']:.0%}"]
+            f"{_cell(result['policy']['parse_rate'], '{:.0%}')}"]
   return "\n".join(lines)

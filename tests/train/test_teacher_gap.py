@@ -59,6 +59,20 @@ def test_the_token_gap_splits_the_action_span_from_the_rest(result):
   assert "gate<0.4" in teacher_gap.format_table(result)
 
 
+def test_the_decision_part_alone_plays_no_episode(tiny_model, tmp_path):
+  from seed_jax.train.trainer import Trainer  # pylint: disable=import-outside-toplevel
+  trainer = Trainer(tiny_spec(tiny_model, "seed", **{"env.max_steps": 2}), str(tmp_path))
+  try:
+    result = teacher_gap.measure(trainer, "valid_seen", episodes=2, parts=("decision",),
+                                 log=lambda _: None)
+  finally:
+    trainer.close()
+  assert result["plain"]["success"] is None and result["oracle"]["p_expert"] is not None
+  assert result["policy"]["p_expert"] is None  # its skills come from the plain episodes
+  assert "acting" not in result["seconds"] and "token_gap" not in result["oracle"]
+  assert "| policy | 0 | - |" in teacher_gap.format_table(result)
+
+
 def test_skills_and_controls_per_task():
   from seed_jax.train.expert import Demonstration  # pylint: disable=import-outside-toplevel
   demos = [Demonstration(f"t{i}", "push", f"goal {i}", [], [], [f"a{i}", "b"], True)
@@ -112,6 +126,7 @@ def _command(*args):
     (["--placement=middle"], "--placement=middle"),
     (["--init=/nonexistent/run"], "--init"),
     (["--json=/nonexistent/dir/gap.json"], "--json="),
+    (["--parts=decision,speed"], "--parts=decision,speed"),
 ])
 def test_bad_arguments_fail_in_one_line_naming_them(args, named):
   proc = _command("--config=configs/sokoban.py:cpu", *args)
