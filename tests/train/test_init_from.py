@@ -81,7 +81,7 @@ def test_a_path_without_weights_fails_at_spec_time_naming_the_key(tmp_path, fold
   if folders is not None:
     path.mkdir()
     make_folders(path, *folders)
-  config = tiny_config("any-model", "grpo")
+  config = tiny_config("smollm2-135m-instruct", "grpo")
   with config.unlocked():
     config.init_from = str(path)
   with pytest.raises(ConfigError, match=f"^config.init_from: .*{problem}"):
