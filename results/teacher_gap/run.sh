@@ -32,6 +32,10 @@ gap() {  # NAME, INIT ("" = untrained), then overrides
 # First the decision gap alone (the cheapest figure: ~15 minutes a measurement on a 2-core
 # machine without bf16 matrix units), then every part.
 warm_start bc_skill_end --config.bc.skill_fraction=1.0 --config.skill_placement=end
+# What session 29 had time for (a 2-core machine at ~90 GFLOP/s): 4 games, decision only.
+gap bc_skill_end.end.decision4 "$RUNS/bc_skill_end" --placement=end --parts=decision --episodes=4
+gap untrained.end.decision4 "" --placement=end --parts=decision --episodes=4
+gap untrained.task_line.decision4 "" --placement=task_line --parts=decision --episodes=4
 gap bc_skill_end.end.decision "$RUNS/bc_skill_end" --placement=end --parts=decision
 gap untrained.end.decision "" --placement=end --parts=decision
 gap untrained.task_line.decision "" --placement=task_line --parts=decision

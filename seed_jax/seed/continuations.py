@@ -32,6 +32,10 @@ def _round_up(value: int, multiple: int) -> int:
   return -(-max(value, 1) // multiple) * multiple
 
 
+def _power_of_two(value: int, minimum: int = 8) -> int:
+  return max(minimum, 1 << (max(value, 1) - 1).bit_length())
+
+
 def _continuation_logprobs(graphdef, params, prompt, prompt_mask, conts, cont_mask, chunk):
   """`prompt [P, S]` (left-padded, S >= 2), `conts [P, C, L]` (right-padded) ->
   log-probs `[P, C, L]` float32 of each continuation token (0 at padding)."""
@@ -67,7 +71,7 @@ def make_continuation_fn(graphdef, mesh: LogicalMesh | Mesh | None = None, chunk
 
 def continuation_logprobs(score_fn: Callable, params, prompts: Sequence[Sequence[int]],
                           continuations: Sequence[Sequence[Sequence[int]]], *, pad_id: int,
-                          prompts_per_call: int = 1, bucket: int = 64) -> list[list[float]]:
+                          prompts_per_call: int = 1, bucket: int = 128) -> list[list[float]]:
   """The summed log-probability of every continuation given its prompt.
 
   Args:
@@ -77,8 +81,10 @@ def continuation_logprobs(score_fn: Callable, params, prompts: Sequence[Sequence
     pad_id: the id padding rows hold (masked out; never scored).
     prompts_per_call: prompts scored together (memory: their candidates' rows each hold a
       copy of the prompt's cache).
-    bucket: prompt lengths are padded to a multiple of it, and candidate counts and lengths
-      to multiples of 8, so few shapes compile.
+    bucket: prompt lengths are padded to a multiple of it, candidate counts to a power of
+      two and candidate lengths to a multiple of 16, so few shapes compile (each is a
+      whole-model program: on a 2-core machine its compile costs as much as scoring
+      several steps).
   Returns:
     per prompt, per candidate, `sum_t log p(cont_t | prompt, cont_<t)` (float).
   """
@@ -88,8 +94,8 @@ def continuation_logprobs(score_fn: Callable, params, prompts: Sequence[Sequence
   for first in range(0, len(prompts), prompts_per_call):
     group = range(first, min(first + prompts_per_call, len(prompts)))
     s = _round_up(max(len(prompts[i]) for i in group), bucket)
-    c = _round_up(max(len(continuations[i]) for i in group), 8)
-    length = _round_up(max(len(t) for i in group for t in continuations[i]), 8)
+    c = _power_of_two(max(len(continuations[i]) for i in group))
+    length = _round_up(max(len(t) for i in group for t in continuations[i]), 16)
     prompt = np.full((prompts_per_call, s), pad_id, np.int32)
     prompt_mask = np.zeros((prompts_per_call, s), bool)
     conts = np.full((prompts_per_call, c, length), pad_id, np.int32)
