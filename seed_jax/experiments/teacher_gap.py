@@ -35,7 +35,6 @@ import numpy as np
 
 from seed_jax.agent.loop import Decision, Episode, run_episodes
 from seed_jax.agent.policies import expert_policy
-from seed_jax.models.tokenizer import chat_prompt_ids
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed.batch import build_batch
 from seed_jax.seed.continuations import (candidate_probabilities, continuation_logprobs,
@@ -98,8 +97,6 @@ def oracle_and_control_skills(demos) -> dict[str, dict[str, str | None]]:
 
 def prompt_ids(tokenizer, fmt, message: str, skill: str | None, placement: str) -> list[int]:
   """The plain prompt's ids (`skill` None) or H's with the skill."""
-  if skill is None:
-    return chat_prompt_ids(tokenizer, message)
   return skill_prompt_ids(tokenizer, message, skill, fmt.task_line_pattern, placement)[1]
 
 

@@ -92,11 +92,14 @@ def augment_prompt(prompt: str, skill: str, task_line_pattern: str,
                          end=start + len(block))
 
 
-def skill_prompt_ids(tokenizer, message: str, skill: str, task_line_pattern: str,
+def skill_prompt_ids(tokenizer, message: str, skill: str | None, task_line_pattern: str,
                      placement: str = "task_line") -> tuple[str, list[int]]:
-  """H(h_t, s) through the chat template: (the augmented user message, its prompt ids).
+  """H(h_t, s) through the chat template: (the augmented user message, its prompt ids);
+  with `skill` None, the plain message and its ids.
 
   The one way a skill reaches a prompt (the OPD teacher, Skill-GRPO's acting prompt, the
   skill-reading warm start, `seed_jax.teacher_gap`)."""
+  if skill is None:
+    return message, chat_prompt_ids(tokenizer, message)
   augmented = augment_prompt(message, skill, task_line_pattern, placement)
   return augmented.text, chat_prompt_ids(tokenizer, augmented.text, augmented.system)

@@ -16,7 +16,7 @@ from seed_jax.agent.loop import Decision, Episode, episode_stats, run_episodes
 from seed_jax.checks import non_negative, positive, positive_int, require
 from seed_jax.envs.agent_format import AgentFormat
 from seed_jax.envs.base import Task
-from seed_jax.models.tokenizer import Tokenizer, chat_prompt_ids
+from seed_jax.models.tokenizer import Tokenizer
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed.batch import StepRecord, Trajectory
 from seed_jax.seed.skills import skill_prompt_ids
@@ -85,12 +85,8 @@ class ModelPolicy:
              else self.acting_skills.get(task.task_type))
     history = episode.history
     while True:
-      message = episode.user_message(self.fmt, history)
-      if skill is None:
-        ids = chat_prompt_ids(self.tokenizer, message)
-      else:
-        message, ids = skill_prompt_ids(self.tokenizer, message, skill,
-                                        self.fmt.task_line_pattern, self.skill_placement)
+      message, ids = skill_prompt_ids(self.tokenizer, episode.user_message(self.fmt, history),
+                                      skill, self.fmt.task_line_pattern, self.skill_placement)
       if len(ids) <= self.spec.max_prompt_tokens:
         return message, ids
       if not history:
