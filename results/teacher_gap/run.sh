@@ -29,19 +29,19 @@ gap() {  # NAME, INIT ("" = untrained), then overrides
       ${init:+--init=$init} --episodes=8 --json="$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
 }
 
-# First the decision gap alone (the cheapest figure: ~15 minutes a measurement on a 2-core
-# machine without bf16 matrix units), then every part.
+# Session 29 (a 2-core machine at ~90 GFLOP/s) had time for the first line only; session 30
+# ordered the rest so that the table before and after the levers fills first: the decision
+# gap on the same 4 games for the untrained model and plain BC, then the acting gap (the
+# 20-point target) of the skill-reading warm start, then every part on 8 games.
 warm_start bc_skill_end --config.bc.skill_fraction=1.0 --config.skill_placement=end
-# What session 29 had time for (a 2-core machine at ~90 GFLOP/s): 4 games, decision only.
 gap bc_skill_end.end.decision4 "$RUNS/bc_skill_end" --placement=end --parts=decision --episodes=4
 gap untrained.end.decision4 "" --placement=end --parts=decision --episodes=4
-gap untrained.task_line.decision4 "" --placement=task_line --parts=decision --episodes=4
-gap bc_skill_end.end.decision "$RUNS/bc_skill_end" --placement=end --parts=decision
-gap untrained.end.decision "" --placement=end --parts=decision
-gap untrained.task_line.decision "" --placement=task_line --parts=decision
 warm_start bc_plain
-gap bc_plain.end.decision "$RUNS/bc_plain" --placement=end --parts=decision
-gap bc_plain.task_line.decision "$RUNS/bc_plain" --placement=task_line --parts=decision
+gap bc_plain.end.decision4 "$RUNS/bc_plain" --placement=end --parts=decision --episodes=4
+gap bc_skill_end.end.acting "$RUNS/bc_skill_end" --placement=end --parts=acting
+gap bc_plain.end.acting "$RUNS/bc_plain" --placement=end --parts=acting
+gap untrained.task_line.decision4 "" --placement=task_line --parts=decision --episodes=4
+gap bc_plain.task_line.decision4 "$RUNS/bc_plain" --placement=task_line --parts=decision --episodes=4
 gap bc_skill_end.end "$RUNS/bc_skill_end" --placement=end
 gap bc_plain.end "$RUNS/bc_plain" --placement=end
 warm_start bc_skill_task_line --config.bc.skill_fraction=1.0
