@@ -51,6 +51,9 @@ _LP_ROWS = flags.DEFINE_integer("lp_rows", 8, "rows of the log-prob memory compa
 _LP_LEN = flags.DEFINE_integer("lp_len", 512, "response length of the memory comparison")
 _LP_CHUNKS = flags.DEFINE_list("lp_chunks", ["32", "128"], "chunk sizes of the comparison")
 _MATMUL_N = flags.DEFINE_integer("matmul_n", 2048, "side of the square matmul of the peak")
+_REMAT = flags.DEFINE_list("remat", ["on", "off"], "rematerialise the layers in the backward "
+                           "pass (on) or keep their residuals (off); off adds `_no_remat` "
+                           "to the measurement names")
 
 
 def _useful_flops(cfg, rows: int, prompt_len: int, response_len: int,
@@ -110,15 +113,32 @@ def _logprob_memory(cfg, rows: int, length: int, chunks: list[int]) -> dict:
 
 
 def main(_):
-  model, _ = load_model("smollm2-135m-instruct", dtype=_DTYPE.value, param_dtype="float32")
+  for remat in _REMAT.value:
+    if remat not in ("on", "off"):
+      raise app.UsageError(f"--remat={','.join(_REMAT.value)}: each must be on or off")
+  peak = matmul_peak_flops(jnp.dtype(_DTYPE.value), _MATMUL_N.value)
+  results = {}
+  for remat in _REMAT.value:
+    cfg = _measure(remat == "on", "" if remat == "on" else "_no_remat", peak, results)
+  emit(dict(bench="train_step", model="smollm2-135m-instruct", dtype=_DTYPE.value,
+            param_dtype="float32", rows=_ROWS.value, prompt_len=_PROMPT.value,
+            response_len=_RESPONSE.value, matmul_peak_gflops=round(peak / 1e9, 1),
+            results=results,
+            logprob_memory=_logprob_memory(cfg, _LP_ROWS.value, _LP_LEN.value,
+                                           [int(c) for c in _LP_CHUNKS.value])))
+
+
+def _measure(remat: bool, suffix: str, peak: float, results: dict):
+  """The value-and-grad and each mode's train step, with or without rematerialisation,
+  into `results` (names + `suffix`); returns the model config."""
+  model, _ = load_model("smollm2-135m-instruct", dtype=_DTYPE.value, param_dtype="float32",
+                        remat=remat)
   cfg = model.cfg
   graphdef, params = nnx.split(model, nnx.Param)
   rows, prompt_len, response_len = _ROWS.value, _PROMPT.value, _RESPONSE.value
   tokens = rows * (prompt_len + response_len)
   batch = {k: jnp.asarray(v) for k, v in
            synthetic_rl_batch(rows, prompt_len, response_len, cfg.vocab_size).items()}
-  peak = matmul_peak_flops(jnp.dtype(_DTYPE.value), _MATMUL_N.value)
-  results = {}
 
   def logprob_loss(p, tokens, mask):
     lp, _ = lp_lib.response_logprobs(nnx.merge(graphdef, p), tokens, mask, response_len,
@@ -130,7 +150,7 @@ def main(_):
       params, batch["student_tokens"], batch["student_mask"]).compile()
   compile_s = time.perf_counter() - start
   seconds, (loss, _) = _timed(grad, params, batch["student_tokens"], batch["student_mask"])
-  results["grad"] = _record(seconds, compile_s, _useful_flops(
+  results["grad" + suffix] = _record(seconds, compile_s, _useful_flops(
       cfg, rows, prompt_len, response_len, teacher_forward=False), peak, tokens, grad,
                             loss_finite=bool(np.isfinite(float(loss))))
 
@@ -146,16 +166,11 @@ def main(_):
     seconds, (state, metrics) = _timed(compiled, state, batch, donate_first=True)
     flops = _useful_flops(cfg, rows, prompt_len, response_len,
                           teacher_forward=mode != "precomputed")
-    results[f"step_{mode}"] = _record(
+    results[f"step_{mode}{suffix}"] = _record(
         seconds, compile_s, flops, peak, tokens, compiled,
         loss_finite=bool(np.isfinite(float(metrics["loss"]))))
     del state
-  emit(dict(bench="train_step", model="smollm2-135m-instruct", dtype=_DTYPE.value,
-            param_dtype="float32", rows=rows, prompt_len=prompt_len,
-            response_len=response_len, matmul_peak_gflops=round(peak / 1e9, 1),
-            results=results,
-            logprob_memory=_logprob_memory(cfg, _LP_ROWS.value, _LP_LEN.value,
-                                           [int(c) for c in _LP_CHUNKS.value])))
+  return cfg
 
 
 if __name__ == "__main__":

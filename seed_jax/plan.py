@@ -556,7 +556,7 @@ def run_plan(spec: RunSpec, target: Target, only: Sequence[str] = (),
   receives the plans so far after each program (a long plan stopped midway keeps them)."""
   from seed_jax.models.shapes import model_config  # pylint: disable=import-outside-toplevel
   cfg = model_config(spec.model.name, dtype=spec.model.dtype,
-                     param_dtype=spec.model.param_dtype)
+                     param_dtype=spec.model.param_dtype, remat=spec.model.remat)
   mesh = mesh_for(spec, target)
   started = time.perf_counter()
   done: list[ProgramPlan] = []

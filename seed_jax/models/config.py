@@ -25,6 +25,10 @@ class ModelConfig:
 
   `dtype` is the activation/compute dtype, `param_dtype` the storage dtype of weights.
   Matmuls in bfloat16 always accumulate in float32; logits and softmax are float32.
+  `remat`: under differentiation, keep only each layer's input and recompute the rest of
+  the layer in the backward pass (activation memory flat in depth, one more forward);
+  False keeps every layer's residuals (faster where they fit; `seed_jax.models.memory`
+  chooses). It changes no value, only what the backward pass stores.
   """
 
   model_type: str = "llama"
@@ -48,6 +52,7 @@ class ModelConfig:
   pad_token_id: int | None = 2
   dtype: str = "float32"
   param_dtype: str = "float32"
+  remat: bool = True
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:

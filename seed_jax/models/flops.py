@@ -36,7 +36,7 @@ def forward_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int,
 def training_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int
                    ) -> tuple[float, float]:
   """(model FLOPs, hardware FLOPs) of forward + backward (1 + 2 forwards). The hardware
-  count adds the layers' rematerialised forward (`models.transformer` scans its layers
-  under `jax.checkpoint`); MFU is quoted from the model count."""
+  count adds the layers' rematerialised forward when `cfg.remat` (`models.transformer`
+  scans its layers under `jax.checkpoint`); MFU is quoted from the model count."""
   forward = forward_flops(cfg, rows, length, unembedded)
-  return 3 * forward, 4 * forward
+  return 3 * forward, (4 if cfg.remat else 3) * forward

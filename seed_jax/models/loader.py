@@ -35,7 +35,8 @@ def resolve_model_path(name_or_path: str) -> str:
 
 def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",
                param_dtype: str | None = None, mesh: LogicalMesh | Mesh | None = None,
-               rules: Rules | None = None) -> tuple[Transformer, Tokenizer]:
+               rules: Rules | None = None, remat: bool = True
+               ) -> tuple[Transformer, Tokenizer]:
   """Loads weights (streamed into `mesh`'s shardings) and the tokenizer.
 
   Args:
@@ -44,9 +45,10 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",
     mesh: target mesh (a `LogicalMesh` from `make_mesh` carries the rules); None places
       everything on the first device.
     rules: only needed with a plain Mesh; with a `LogicalMesh` they must equal its own.
+    remat: rematerialise each layer in the backward pass (`ModelConfig.remat`).
   """
   path = resolve_model_path(name_or_path)
-  overrides = dict(dtype=dtype, param_dtype=param_dtype or dtype)
+  overrides = dict(dtype=dtype, param_dtype=param_dtype or dtype, remat=remat)
   if path.endswith(".gguf"):
     from seed_jax.models.gguf_io import read_gguf  # pylint: disable=import-outside-toplevel
     cfg, source, reader = read_gguf(path, **overrides)

@@ -225,7 +225,7 @@ class Transformer(nnx.Module):
     graphdef, stacked = nnx.split(self.layers)
     if cache is None:
       return self.final_norm(_scan_layers(graphdef, stacked, x, positions, inv_freq,
-                                          kv_mask)), None
+                                          kv_mask, self.cfg.remat)), None
     # Static per-layer slices of the stacked weights: inside a decode `while_loop` XLA
     # hoists them out of the loop (one copy per generate call, not per step).
     new_cache = []
@@ -269,20 +269,22 @@ class Transformer(nnx.Module):
 
 
 def _scan_layers(graphdef: nnx.GraphDef, stacked: nnx.State, x: jax.Array,
-                 positions: jax.Array, inv_freq: jax.Array, kv_mask: jax.Array) -> jax.Array:
-  """`x [B, T, E]` through every layer: a rematerialised `scan` over the stacked weights.
+                 positions: jax.Array, inv_freq: jax.Array, kv_mask: jax.Array,
+                 remat: bool) -> jax.Array:
+  """`x [B, T, E]` through every layer: a `scan` over the stacked weights.
 
-  Under grad, the backward pass keeps one `[B, T, E]` input per layer and recomputes the
-  rest, one layer at a time, so memory does not grow with depth. (`jax.checkpoint` on an
-  unrolled loop does not bound it on XLA:CPU, whose scheduler hoists the recomputation.)
+  With `remat`, under grad the backward pass keeps one `[B, T, E]` input per layer and
+  recomputes the rest, one layer at a time, so memory does not grow with depth (a third
+  more FLOPs). Without it the scan stacks every layer's residuals `[L, ...]`. (`jax.checkpoint`
+  on an unrolled loop does not bound memory on XLA:CPU, whose scheduler hoists the
+  recomputation.)
   """
 
-  @jax.checkpoint
   def body(h, layer_state):
     layer = nnx.merge(graphdef, layer_state)
     return layer(h, positions, inv_freq, kv_mask, None, 0)[0], None
 
-  return jax.lax.scan(body, x, stacked)[0]
+  return jax.lax.scan(jax.checkpoint(body) if remat else body, x, stacked)[0]
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:

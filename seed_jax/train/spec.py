@@ -71,6 +71,7 @@ class ModelSpec:
   name: str
   dtype: str = "float32"
   param_dtype: str = "float32"
+  remat: bool = True
 
   def __post_init__(self):
     require(self, "name", is_model_name,
@@ -78,6 +79,7 @@ class ModelSpec:
             f"({', '.join(MODEL_SHAPES)}), a Hugging Face folder (with config.json) or a "
             f".gguf file")
     require(self, ("dtype", "param_dtype"), one_of(DTYPES), f"one of {tuple(DTYPES)}")
+    require(self, "remat", lambda v: isinstance(v, bool), "True or False")
 
   def weights_error(self) -> str | None:
     """Why `name` has no weights to train or evaluate, as one line naming the key; None
@@ -335,7 +337,8 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
     raise ConfigError(f"config.algorithm: one of {ALGORITHMS}, got {name!r}")
   algorithm = get_algorithm(name)
   model = _build(ModelSpec, config, {"name": "model.name", "dtype": "model.dtype",
-                                     "param_dtype": "model.param_dtype"})
+                                     "param_dtype": "model.param_dtype",
+                                     "remat": "model.remat"})
   mesh = _mesh(config)
   env = _env_spec(config)
   loss = _build(LossConfig, config, {

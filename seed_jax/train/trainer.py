@@ -72,7 +72,8 @@ class Trainer:
 
     self.mesh = make_mesh(spec.mesh)
     model, self.tokenizer = load_model(spec.model.name, dtype=spec.model.dtype,
-                                       param_dtype=spec.model.param_dtype, mesh=self.mesh)
+                                       param_dtype=spec.model.param_dtype, mesh=self.mesh,
+                                       remat=spec.model.remat)
     self.model_cfg = model.cfg
     self.graphdef, params = nnx.split(model, nnx.Param)
     self.checkpointer = Checkpointer(checkpoint_dir or self.workdir / "checkpoints",

@@ -135,6 +135,7 @@ def test_bad_values_name_the_key(key, value, match):
 @pytest.mark.parametrize("key,value,field", [
     ("seed", 7, "seed"),
     ("model.dtype", "bfloat16", "model.dtype"),
+    ("model.remat", False, "model.remat"),
     ("mesh.tensor", 2, "mesh.tensor"),
     ("pool.num_workers", 3, "env.num_workers"),
     ("env.max_steps", 9, "rollout.max_turns"),
