@@ -41,6 +41,16 @@ def matmul_peak_flops(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> flo
   return 2 * n**3 / time_call(matmul, a, b, repeats=repeats)
 
 
+def stream_bandwidth_bytes(gib: float = 1.0, repeats: int = 5) -> float:
+  """Measured bytes/s of reading a `gib`-GiB float32 array once (a jitted sum): the
+  memory-streaming ceiling a weight- or cache-bound program (a decode step) runs against.
+  The array is several times any CPU cache, so the figure is DRAM's."""
+  n = int(gib * 2**30) // 4
+  x = jax.random.normal(jax.random.key(0), (n,), jnp.float32)
+  total = jax.jit(jnp.sum)
+  return 4 * n / time_call(total, x, repeats=repeats)
+
+
 def synthetic_rl_batch(rows: int, prompt_len: int, response_len: int, vocab: int,
                        seed: int = 0) -> dict[str, np.ndarray]:
   """A train-step batch of random tokens with every field the step reads (the teacher's

@@ -51,7 +51,8 @@ BENCH_ARGS = {
     "train_step": (["--modes=precomputed,separate"],
                    ["--rows=2", "--prompt_len=32", "--response_len=16", "--repeats=1",
                     "--lp_rows=2", "--lp_len=32", "--lp_chunks=16", "--matmul_n=256"]),
-    "sampler": ([], ["--batches=1", "--prompt-len=16", "--new-tokens=4"]),
+    "sampler": ([], ["--batches=1", "--prompt-len=16", "--new-tokens=4", "--stream-gib=0.05",
+                     "--matmul-n=256"]),
     "envs": ([], ["--sizes=2", "--steps=2", "--set=num_games.train=4"]),
 }
 
@@ -300,16 +301,27 @@ def render_sampler(r: dict[str, Any]) -> list[str]:
          "generated tokens over the whole call, prefill included; decode tokens/s exclude "
          "the prefill. " + ("transformers' `generate` (PyTorch, float32) ran on the same "
                             "prompts in a child process." if torch else
-                            "transformers' `generate` was not run (`--no-torch`)."), ""]
+                            "transformers' `generate` was not run (`--no-torch`)."),
+         "",
+         f"The roofline: a decode step must read the weights and each row's filled KV cache "
+         f"(prompt + tokens so far) and do its FLOPs; at this machine's streaming bandwidth "
+         f"(**{fmt(r.get('stream_gbps'))} GB/s**) and matmul peak "
+         f"(**{fmt(r.get('matmul_peak_gflops'))} GFLOP/s**), both measured in the same run, "
+         f"the lower bound of the two is the roofline; the weight-streaming limit leaves the "
+         f"cache and the FLOPs out. Targets: 60% of the weight limit at batch 1, 50% of the "
+         f"roofline at batch 32.", ""]
   rows = []
   for batch, x in r["jax"].items():
     t = (torch or {}).get(batch) or (torch or {}).get(str(batch)) or {}
     ratio = (r.get("vs_transformers") or {}).get(batch) or (r.get("vs_transformers")
                                                             or {}).get(str(batch))
     rows.append([batch, fmt(x["tok_s"]), fmt(x["decode_tok_s"]), fmt(x["prefill_s"]),
+                 fmt(x.get("roofline_tok_s")), pct(x.get("roofline_fraction")),
+                 pct(x.get("weight_fraction")),
                  fmt(t.get("tok_s")), f"{fmt(ratio)}x" if ratio else "-",
                  fmt(t.get("first16_agreement"))])
   return out + md_table(["batch", "JAX tokens/s", "JAX decode tokens/s", "JAX prefill s",
+                         "roofline decode tokens/s", "of roofline", "of weight limit",
                          "transformers tokens/s", "JAX / transformers",
                          "first 16 tokens agree"], rows)
 

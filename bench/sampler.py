@@ -7,10 +7,18 @@ tokens per second of the whole `generate` call (prefill included) for both syste
 `vs_transformers` is the end-to-end ratio. transformers runs in a child process (no JAX
 thread pool alive there), float32 as in REFERENCE.md's calibration; `first16_agreement` is
 low where bf16 flips a near-tie of random-token prompts (float32 JAX matches exactly).
-The roofline fields relate one JAX decode step to this machine's calibrated ceilings
-(REFERENCE.md: ~1,450 GFLOP/s for bf16 matmuls with float32 accumulation, ~25 GB/s of
-streaming bandwidth); FLOPs are `seed_jax.models.flops.forward_flops` of one token per row
-attending over the whole cache; bytes = weights + the KV cache read once per step.
+The roofline fields relate a decode step to this machine's ceilings, measured in the same
+run: the streaming bandwidth (`bench.common.stream_bandwidth_bytes`) and the matmul peak
+in the compute dtype. A decode step must read the weights once and, per row, the filled
+part of the KV cache (the prompt plus the tokens so far: on average over the decode,
+`prompt_len + (new_tokens - 1) / 2` slots): `step_bytes`, which bounds decode at
+`bandwidth_limit_tok_s = batch * bandwidth / step_bytes`; its FLOPs
+(`seed_jax.models.flops.forward_flops` of one token a row over the filled cache) bound it
+at `compute_limit_tok_s = batch * peak / step_flops`. The roofline is the lower of the
+two (`roofline_tok_s`): on a CPU without bf16 matrix units a batch-32 step is already
+compute-bound. `weight_limit_tok_s = batch * bandwidth / weight_bytes` is what a step could
+reach if the cache were free. `roofline_fraction` and `weight_fraction` are the achieved
+`decode_tok_s` over each.
 
   .venv/bin/python -m bench.sampler [--batches 1,8,32] [--dtype bfloat16] [--no-torch]
 """
@@ -27,9 +35,6 @@ import time
 
 import numpy as np
 
-PEAK_GFLOPS = 1450.0
-PEAK_GBPS = 25.0
-
 
 def _time(fn, repeats: int = 1) -> float:
   best = float("inf")
@@ -40,7 +45,7 @@ def _time(fn, repeats: int = 1) -> float:
   return best
 
 
-def bench_jax(batches, prompt_len, new_tokens, dtype):
+def bench_jax(batches, prompt_len, new_tokens, dtype, bandwidth, peak_flops):
   import jax  # pylint: disable=import-outside-toplevel
   from seed_jax.models.flops import forward_flops  # pylint: disable=import-outside-toplevel
   from seed_jax.models.loader import load_model  # pylint: disable=import-outside-toplevel
@@ -67,19 +72,32 @@ def bench_jax(batches, prompt_len, new_tokens, dtype):
     prefill = _time(lambda: sampler.generate(prompts, first))
     assert all(n == new_tokens for n in out.lengths)
     step = (total - prefill) / (new_tokens - 1)
-    rows = max(batch, 2)  # decode pads to two rows
-    cache_len = prompt_len + new_tokens
-    kv_bytes = (2 * cfg.num_layers * rows * cfg.num_kv_heads * cache_len * cfg.head_dim
+    decode_tok_s = batch / step
+    # The filled part of each real row's cache, on average over the decode steps.
+    filled = prompt_len + (new_tokens - 1) / 2
+    kv_bytes = (2 * cfg.num_layers * batch * cfg.num_kv_heads * filled * cfg.head_dim
                 * np.dtype(dtype).itemsize)
-    # One decode step: every row's one new token attends over the whole cache.
-    flops = forward_flops(cfg, rows, 1, unembedded=1, context=cache_len)
+    step_bytes = weight_bytes + kv_bytes
+    flops = forward_flops(cfg, batch, 1, unembedded=1, context=int(filled))
+    bandwidth_limit_tok_s = batch * bandwidth / step_bytes
+    compute_limit_tok_s = batch * peak_flops / flops
+    roofline_tok_s = min(bandwidth_limit_tok_s, compute_limit_tok_s)
+    weight_limit_tok_s = batch * bandwidth / weight_bytes
     results[batch] = dict(
         tok_s=round(batch * new_tokens / total, 2),
-        decode_tok_s=round(batch * (new_tokens - 1) / (total - prefill), 2),
+        decode_tok_s=round(decode_tok_s, 2),
         prefill_s=round(prefill, 3), step_ms=round(1e3 * step, 2),
-        gflops=round(flops / step / 1e9, 1), gbps=round((weight_bytes + kv_bytes) / step / 1e9, 2),
-        frac_peak_flops=round(flops / step / 1e9 / PEAK_GFLOPS, 3),
-        frac_peak_bw=round((weight_bytes + kv_bytes) / step / 1e9 / PEAK_GBPS, 3))
+        weight_mb=round(weight_bytes / 1e6, 1), kv_mb=round(kv_bytes / 1e6, 1),
+        step_bytes_mb=round(step_bytes / 1e6, 1),
+        achieved_gbps=round(step_bytes / step / 1e9, 2),
+        bandwidth_limit_tok_s=round(bandwidth_limit_tok_s, 1),
+        compute_limit_tok_s=round(compute_limit_tok_s, 1),
+        roofline_tok_s=round(roofline_tok_s, 1), roofline_fraction=round(
+            decode_tok_s / roofline_tok_s, 3),
+        weight_limit_tok_s=round(weight_limit_tok_s, 1),
+        weight_fraction=round(decode_tok_s / weight_limit_tok_s, 3),
+        gflops=round(flops / step / 1e9, 1),
+        frac_peak_flops=round(flops / step / peak_flops, 3))
     outputs[batch] = (prompts, out.tokens)
   return results, outputs
 
@@ -133,17 +151,26 @@ def main():
   parser.add_argument("--new-tokens", type=int, default=128)
   parser.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
   parser.add_argument("--no-torch", action="store_true")
+  parser.add_argument("--stream-gib", type=float, default=1.0,
+                      help="size of the array whose read measures the bandwidth")
+  parser.add_argument("--matmul-n", type=int, default=2048,
+                      help="side of the square matmul that measures the peak")
   parser.add_argument("--torch-only", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args()
   batches = [int(b) for b in args.batches.split(",")]
   if args.torch_only:
     print(json.dumps(bench_torch(batches, args.prompt_len, args.new_tokens, args.torch_only)))
     return
-  jax_results, outputs = bench_jax(batches, args.prompt_len, args.new_tokens,
-                                           args.dtype)
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from bench.common import matmul_peak_flops, stream_bandwidth_bytes  # pylint: disable=import-outside-toplevel
+  bandwidth = stream_bandwidth_bytes(args.stream_gib)
+  peak = matmul_peak_flops(jnp.dtype(args.dtype), args.matmul_n)
+  jax_results, outputs = bench_jax(batches, args.prompt_len, args.new_tokens, args.dtype,
+                                   bandwidth, peak)
   line = dict(bench="sampler", model="smollm2-135m-instruct", dtype=args.dtype,
               prompt_len=args.prompt_len, new_tokens=args.new_tokens, greedy=True,
-              cpus=os.cpu_count(), jax=jax_results)
+              cpus=os.cpu_count(), stream_gbps=round(bandwidth / 1e9, 2),
+              matmul_peak_gflops=round(peak / 1e9, 1), jax=jax_results)
   if not args.no_torch:
     torch_results = _run_torch_subprocess(batches, args.prompt_len, args.new_tokens, outputs)
     line["transformers"] = torch_results
