@@ -29,15 +29,16 @@ gap() {  # NAME, INIT ("" = untrained), then overrides
       ${init:+--init=$init} --episodes=8 --json="$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
 }
 
-# Session 29 (a 2-core machine at ~90 GFLOP/s) had time for the first line only; session 30
-# ordered the rest so that the table before and after the levers fills first: the decision
-# gap on the same 4 games for the untrained model and plain BC, then the acting gap (the
-# 20-point target) of the skill-reading warm start, then every part on 8 games.
-warm_start bc_skill_end --config.bc.skill_fraction=1.0 --config.skill_placement=end
-gap bc_skill_end.end.decision4 "$RUNS/bc_skill_end" --placement=end --parts=decision --episodes=4
+# Session 29 (a 2-core machine at ~90 GFLOP/s) had time for the skill-reading warm start and
+# its decision gap only; session 30 ordered the rest so that the table before and after the
+# levers fills first: the decision gap on the same 4 games for the untrained model and plain
+# BC (no warm start, or a short one), then the acting gap (the 20-point target) of the
+# skill-reading warm start, then every part on 8 games.
 gap untrained.end.decision4 "" --placement=end --parts=decision --episodes=4
 warm_start bc_plain
 gap bc_plain.end.decision4 "$RUNS/bc_plain" --placement=end --parts=decision --episodes=4
+warm_start bc_skill_end --config.bc.skill_fraction=1.0 --config.skill_placement=end
+gap bc_skill_end.end.decision4 "$RUNS/bc_skill_end" --placement=end --parts=decision --episodes=4
 gap bc_skill_end.end.acting "$RUNS/bc_skill_end" --placement=end --parts=acting
 gap bc_plain.end.acting "$RUNS/bc_plain" --placement=end --parts=acting
 gap untrained.task_line.decision4 "" --placement=task_line --parts=decision --episodes=4
