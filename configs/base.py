@@ -96,6 +96,9 @@ def get_base_config() -> ml_collections.ConfigDict:
       teacher_mode=_STEP.teacher_mode,      # precomputed (theta_old, public code) | joint | separate
       advantage_mode=_BATCH.advantage_mode,  # step (public code) | trajectory
       normalize_std=_BATCH.norm_by_std,     # WebShop uses mean-only advantages
+      # Take groups whose advantages are all zero out of the outcome terms (PG, entropy,
+      # KL) and skip an update left with nothing (OPD keeps its rows); off in the paper.
+      skip_zero_advantage_groups=_BATCH.skip_zero_advantage_groups,
       logprob_chunk=512,
   ))
 

@@ -84,6 +84,10 @@ class BatchConfig:
     advantage_mode: "step" (public code) or "trajectory"; see advantages.py.
     norm_by_std: divide by the group std (False for WebShop, as in the public code).
     eps: added to the std (1e-6).
+    skip_zero_advantage_groups: a group whose advantages are all zero (every sample scored
+      alike) carries no outcome signal; its rows get `outcome_mask` 0, which takes them out
+      of the policy-gradient, entropy and KL terms and their token counts (DAPO's dynamic
+      sampling, without resampling). The OPD term keeps them.
   """
   response_len: int = 512
   prompt_bucket: int = 128
@@ -95,6 +99,7 @@ class BatchConfig:
   advantage_mode: str = "step"
   norm_by_std: bool = True
   eps: float = 1e-6
+  skip_zero_advantage_groups: bool = False
 
   def __post_init__(self):
     require(self, ("response_len", "prompt_bucket", "max_prompt_len", "rows_multiple"),
@@ -136,7 +141,8 @@ def build_batch(
       student_tokens int32 `[B, Ts]`, student_mask bool `[B, Ts]`,
       response_mask float32 `[B, R]`, old_logprobs float32 `[B, R]`,
       advantages float32 `[B]`, opd_mask float32 `[B]` (1 where the row has a skill),
-      and with_teacher: teacher_tokens int32 `[B, Tt]`, teacher_mask bool `[B, Tt]`.
+      outcome_mask float32 `[B]` (1 where the row's outcome terms count; see
+      `BatchConfig.skip_zero_advantage_groups`), and with_teacher: teacher_tokens int32 `[B, Tt]`, teacher_mask bool `[B, Tt]`.
     stats: row, padding, truncation and OPD counts.
   """
   step_adv = adv_lib.step_advantages(
@@ -145,17 +151,20 @@ def build_batch(
       [t.group_id for t in trajectories],
       invalid_penalty=cfg.invalid_penalty, mode=cfg.advantage_mode,
       norm_by_std=cfg.norm_by_std, eps=cfg.eps)
-  steps = [(s, a) for t, adv in zip(trajectories, step_adv) for s, a in zip(t.steps, adv)]
+  silent = (zero_advantage_groups([t.group_id for t in trajectories], step_adv)
+            if cfg.skip_zero_advantage_groups else set())
+  steps = [(s, a, float(str(t.group_id) not in silent))
+           for t, adv in zip(trajectories, step_adv) for s, a in zip(t.steps, adv)]
   num_rows = _round_up(len(steps), cfg.rows_multiple)
 
   def padded_len(prompts):
     return min(_round_up(max([len(p) for p in prompts] + [1]), cfg.prompt_bucket),
                cfg.max_prompt_len)
 
-  prompt_len = padded_len([s.prompt_ids for s, _ in steps])
+  prompt_len = padded_len([s.prompt_ids for s, _, _ in steps])
   # A teacher row without a skill holds the student prompt (see below).
   teacher_len = padded_len([s.prompt_ids if s.teacher_prompt_ids is None
-                            else s.teacher_prompt_ids for s, _ in steps])
+                            else s.teacher_prompt_ids for s, _, _ in steps])
   if cfg.shared_prompt_len:
     prompt_len = teacher_len = max(prompt_len, teacher_len)
   resp_len = cfg.response_len
@@ -170,19 +179,22 @@ def build_batch(
       "old_logprobs": np.zeros((num_rows, resp_len), np.float32),
       "advantages": np.zeros((num_rows,), np.float32),
       "opd_mask": np.zeros((num_rows,), np.float32),
+      "outcome_mask": np.zeros((num_rows,), np.float32),
   }
   if with_teacher:
     out["teacher_tokens"] = rows(teacher_len, cfg.pad_id)
     out["teacher_mask"] = rows(teacher_len, False, bool)
   stats = {"rows": len(steps), "padding_rows": num_rows - len(steps), "prompt_len": prompt_len,
            "teacher_prompt_len": teacher_len,
-           "truncated_prompts": 0, "truncated_responses": 0, "opd_rows": 0}
+           "truncated_prompts": 0, "truncated_responses": 0, "opd_rows": 0,
+           "zero_advantage_groups": len(silent),
+           "zero_advantage_rows": sum(1 for _, _, counts in steps if not counts)}
 
   def place(tokens, mask, row, prompt, response):
     stats["truncated_prompts"] += place_row(tokens, mask, row, prompt, response,
                                             tokens.shape[1] - resp_len)
 
-  for row, (step, advantage) in enumerate(steps):
+  for row, (step, advantage, counts) in enumerate(steps):
     if len(step.response_ids) != len(step.sampler_logprobs):
       raise ValueError(f"row {row}: {len(step.response_ids)} response ids but "
                        f"{len(step.sampler_logprobs)} sampler log-probs")
@@ -192,6 +204,7 @@ def build_batch(
     out["response_mask"][row, :len(response)] = 1.0
     out["old_logprobs"][row, :len(response)] = list(step.sampler_logprobs)[:resp_len]
     out["advantages"][row] = advantage
+    out["outcome_mask"][row] = counts
     if with_teacher:
       # Without a skill the teacher row repeats the student row; opd_mask keeps it out.
       has_skill = step.teacher_prompt_ids is not None
@@ -204,6 +217,15 @@ def build_batch(
   if with_teacher:
     out["teacher_mask"][len(steps):, -1] = True
   return out, stats
+
+
+def zero_advantage_groups(group_ids: Sequence, step_advantages: Sequence[Sequence[float]],
+                          atol: float = 1e-6) -> set[str]:
+  """The groups (as `str(group_id)`) whose every step advantage is zero, to `atol` (a
+  group mean of equal scores can be off by rounding)."""
+  loud = {str(g) for g, adv in zip(group_ids, step_advantages)
+          if np.any(np.abs(np.asarray(adv, np.float64)) > atol)}
+  return {str(g) for g in group_ids} - loud
 
 
 def trajectory_gate_stats(trajectories: Sequence[Trajectory], batch: dict[str, np.ndarray],

@@ -120,6 +120,15 @@ def opd_token_terms(
   return gate * (teacher - logprobs), gate, delta
 
 
+def outcome_token_mask(batch: dict[str, Array]) -> Array:
+  """`[B, R]` float32: the response tokens of the rows whose outcome terms count
+  (`response_mask`, times `outcome_mask [B]` where the batch has one)."""
+  mask = batch["response_mask"].astype(jnp.float32)
+  if "outcome_mask" in batch:
+    mask = mask * batch["outcome_mask"][:, None].astype(jnp.float32)
+  return mask
+
+
 def seed_loss_sums(
     logprobs: Array,
     entropy: Array,
@@ -133,14 +142,16 @@ def seed_loss_sums(
   Args:
     logprobs, entropy: `[B, R]` of the trained policy at response tokens.
     batch: holds `response_mask [B, R]`, `old_logprobs [B, R]` (the sampler's),
-      `advantages [B]` and `opd_mask [B]` (1 where the row has a valid skill).
+      `advantages [B]` and `opd_mask [B]` (1 where the row has a valid skill); optionally
+      `outcome_mask [B]` (0 takes a row out of every term but OPD, `tokens` included).
     teacher_logprobs: `[B, R]` under the skill-augmented prompt, or None without OPD.
     ref_logprobs: `[B, R]` under the reference, or None without KL.
   Returns:
     a flat dict of scalar sums (keys ending `_sum`) and counts (`tokens`, `opd_tokens`)
     plus max/min reducers (keys ending `_max` / `_min`) and `gate_hist [gate_bins]`.
   """
-  mask = batch["response_mask"].astype(jnp.float32)
+  response_mask = batch["response_mask"].astype(jnp.float32)
+  mask = outcome_token_mask(batch)
   advantages = batch["advantages"][:, None]
   out = {"tokens": jnp.sum(mask)}
   pg, clip_taken, dual_taken = ppo_clip_token_loss(
@@ -155,7 +166,7 @@ def seed_loss_sums(
   if ref_logprobs is not None:
     out["kl_sum"] = jnp.sum(k3_kl(logprobs, ref_logprobs, cfg.kl_clamp) * mask)
   if teacher_logprobs is not None:
-    opd_mask = mask * batch["opd_mask"][:, None].astype(jnp.float32)
+    opd_mask = response_mask * batch["opd_mask"][:, None].astype(jnp.float32)
     term, gate, delta = opd_token_terms(logprobs, teacher_logprobs, cfg.beta_opd)
     active = opd_mask > 0
     out["opd_tokens"] = jnp.sum(opd_mask)

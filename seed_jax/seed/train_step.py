@@ -172,7 +172,7 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
       raise ValueError(f"lambda_opd > 0 with teacher_mode={cfg.teacher_mode!r} needs "
                        f"batch[{needed!r}]; set lambda_opd=0 for plain GRPO")
     mask = batch["response_mask"].astype(jnp.float32)
-    tokens = jnp.sum(mask)
+    tokens = jnp.sum(losses.outcome_token_mask(batch))
     opd_tokens = jnp.sum(mask * batch["opd_mask"][:, None])
     k = cfg.micro_batches
     if k == 1:
@@ -218,18 +218,22 @@ def _split_micro(x: jax.Array, k: int, mesh: LogicalMesh | None) -> jax.Array:
 
 
 def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, grads,
-                    loss: jax.Array) -> tuple[TrainState, jax.Array, jax.Array]:
+                    loss: jax.Array, has_signal: jax.Array | bool = True
+                    ) -> tuple[TrainState, jax.Array, jax.Array]:
   """One optimizer update; a non-finite loss or gradient leaves params and moments
-  untouched and is counted in `skipped`. Returns (new state, finite, grad norm)."""
+  untouched and is counted in `skipped`; so does a batch without `has_signal` (no token
+  any loss term counts), which is not counted: AdamW would otherwise take a full step on
+  decay and stale moments alone. Returns (new state, finite, grad norm)."""
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  apply = finite & has_signal
   grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(apply, n, o), new, old)
   new_state = TrainState(params=keep(params, state.params),
                          opt_state=keep(opt_state, state.opt_state),
-                         step=state.step + finite.astype(jnp.int32),
+                         step=state.step + apply.astype(jnp.int32),
                          skipped=state.skipped + (~finite).astype(jnp.int32))
   return new_state, finite, grad_norm
 
@@ -248,7 +252,9 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
   Returns:
     `step(state, batch) -> (state, outputs)`; outputs hold `sums` (the batch's raw metric
     sums, `losses.seed_loss_sums` accumulated over micro-batches) and the float32 scalars
-    `loss`, `grad_norm`, `learning_rate`, `update_skipped`, `skipped_total`.
+    `loss`, `grad_norm`, `learning_rate`, `update_skipped` (non-finite), `update_empty`
+    (no token left in any loss term: e.g. every group's advantages zero under
+    `skip_zero_advantage_groups`, and no OPD row), `skipped_total`.
     `update_metrics` turns the outputs of an update's steps into its metrics.
     `step.lower(state, batch)` compiles ahead of time under the same mesh and rules.
   """
@@ -258,11 +264,15 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
 
   def step(state: TrainState, batch: Batch):
     loss, grads, sums = loss_and_grad(state.params, batch)
-    new_state, finite, grad_norm = apply_gradients(optimizer, state, grads, loss)
+    has_signal = sums["tokens"] > 0
+    if "opd_tokens" in sums and cfg.loss.lambda_opd:
+      has_signal = has_signal | (sums["opd_tokens"] > 0)
+    new_state, finite, grad_norm = apply_gradients(optimizer, state, grads, loss, has_signal)
     # Raw sums, not means: an update of several steps folds them exactly (update_metrics).
     outputs = dict(sums=sums, loss=loss, grad_norm=grad_norm,
                    learning_rate=schedule(state.step),
                    update_skipped=(~finite).astype(jnp.float32),
+                   update_empty=(~has_signal).astype(jnp.float32),
                    skipped_total=new_state.skipped.astype(jnp.float32))
     return new_state, outputs
 
@@ -284,10 +294,11 @@ def _last(values: np.ndarray) -> np.ndarray:
 
 # How an update folds its steps' outputs that are not token sums: the loss and gradient
 # norm are per step (mean), the rate applied last is where the schedule stands (last), the
-# update counts the steps it skipped (sum), and `skipped_total` is a running count (last).
+# update counts the steps it skipped and those left without signal (sum), and
+# `skipped_total` is a running count (last).
 _STEP_FOLDS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "loss": np.mean, "grad_norm": np.mean, "learning_rate": _last, "update_skipped": np.sum,
-    "skipped_total": _last}
+    "update_empty": np.sum, "skipped_total": _last}
 
 
 def update_metrics(steps: Sequence[dict[str, Any]], loss_cfg: losses.LossConfig

@@ -363,7 +363,8 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
                      top_p_key="rollout.top_p")
   batch = _build(BatchConfig, config, {
       "response_len": "rollout.max_new_tokens", "invalid_penalty": "rl.invalid_penalty",
-      "norm_by_std": "rl.normalize_std", "advantage_mode": "rl.advantage_mode"},
+      "norm_by_std": "rl.normalize_std", "advantage_mode": "rl.advantage_mode",
+      "skip_zero_advantage_groups": "rl.skip_zero_advantage_groups"},
       # Teacher prompts are longer by the skill block: room for it beyond the prompt cut.
       max_prompt_len=rollout.max_prompt_tokens + 256, rows_multiple=rl.mini_batch_size,
       shared_prompt_len=opd and train_step.teacher_mode == "joint")

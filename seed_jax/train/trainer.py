@@ -486,13 +486,18 @@ class Trainer:
     steps: list[dict[str, Any]] = []
     size = spec.rl.mini_batch_size
     rows = batch["advantages"].shape[0]
+    silent = 0  # mini-batches with no row any loss term counts: the step would not update
     for start in hosts.progress(range(0, rows, size), desc="update", unit="mini-batch",
                                 leave=False):
       mini = {k: v[start:start + size] for k, v in batch.items()}
+      if not _has_signal(mini, opd and spec.train_step.loss.lambda_opd > 0):
+        silent += 1
+        continue
       self.state, m = self.train_step(self.state, hosts.put_rows(mini, self.mesh))
       steps.append(hosts.fetch(m))
       self._stop_if_preempted()
-    out = update_metrics(steps, spec.train_step.loss)
+    out = update_metrics(steps, spec.train_step.loss) if steps else {}
+    out["update_empty"] = out.get("update_empty", 0.0) + silent
     out.update(gaps)
     out.update({f"batch_{k}": v for k, v in bstats.items()})
     return out, gates
@@ -572,3 +577,12 @@ class Trainer:
       self._pool.close()
     self.checkpointer.wait()
     self.metrics.close()
+
+
+def _has_signal(mini: dict[str, np.ndarray], opd: bool) -> bool:
+  """Whether a mini-batch has a response token that some loss term counts: an outcome row
+  (`outcome_mask`), or with OPD on a row with a skill. Without one the train step would
+  leave the parameters as they are (`apply_gradients`), so it is not run at all."""
+  tokens = mini["response_mask"].sum(axis=1) > 0
+  return bool(np.any(tokens & (mini["outcome_mask"] > 0))
+              or (opd and np.any(tokens & (mini["opd_mask"] > 0))))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
@@ -206,3 +207,30 @@ def test_trajectory_gate_stats_average_each_trajectorys_opd_tokens():
   assert math.isclose(got[0]["delta_mean"], sum(deltas) / 7)
   assert math.isclose(got[0]["gate_mean"], sum(gates) / 7)
   assert got[1] is None  # no skill, no OPD token
+
+
+def test_zero_advantage_groups_leave_the_outcome_terms_only_when_asked():
+  # Group "a": both trajectories score alike, every step valid: advantages all zero.
+  # Group "b": a win and a loss. Group "c": no win, but an invalid step (the penalty
+  # separates its steps' scores): advantages not zero.
+  trajs = [_traj("a", 0.0, [(5, 3, True), (6, 2, True)]), _traj("a", 0.0, [(4, 2, True)]),
+           _traj("b", 10.0, [(5, 3, True)]), _traj("b", 0.0, [(5, 3, True)]),
+           _traj("c", 0.0, [(5, 3, True), (5, 3, False)]), _traj("c", 0.0, [(5, 2, True)])]
+  on = batch_lib.BatchConfig(response_len=4, prompt_bucket=8, rows_multiple=3,
+                             skip_zero_advantage_groups=True)
+  batch, stats = batch_lib.build_batch(trajs, on)
+  # Rows follow the trajectories' steps: a a a | b b | c c c, then one padding row.
+  np.testing.assert_array_equal(batch["outcome_mask"], [0, 0, 0, 1, 1, 1, 1, 1, 0])
+  np.testing.assert_array_equal(batch["advantages"][:3], 0.0)
+  assert stats["zero_advantage_groups"] == 1 and stats["zero_advantage_rows"] == 3
+  np.testing.assert_array_equal(batch["opd_mask"][:3], 1.0)  # OPD keeps the rows
+
+  off, stats_off = batch_lib.build_batch(trajs, dataclasses.replace(
+      on, skip_zero_advantage_groups=False))
+  np.testing.assert_array_equal(off["outcome_mask"], [1, 1, 1, 1, 1, 1, 1, 1, 0])
+  assert stats_off["zero_advantage_groups"] == 0 and stats_off["zero_advantage_rows"] == 0
+
+
+def test_zero_advantage_groups_tolerate_rounding_only():
+  assert batch_lib.zero_advantage_groups(["a", "a", "b"], [[1e-9, -1e-9], [0.0], [0.3]]) == {"a"}
+  assert batch_lib.zero_advantage_groups(["a", "b"], [[0.0], [1e-3]]) == {"a"}

@@ -194,7 +194,8 @@ def _step_outputs(inputs, cfg, grad_norm):
                                {k: jnp.asarray(v) for k, v in batch.items()},
                                jnp.asarray(teacher), jnp.asarray(ref), cfg)
   return {"sums": jax.device_get(sums), "loss": grad_norm / 10, "grad_norm": grad_norm,
-          "learning_rate": grad_norm / 100, "update_skipped": 0.0, "skipped_total": 2.0}
+          "learning_rate": grad_norm / 100, "update_skipped": 0.0, "update_empty": 0.0,
+          "skipped_total": 2.0}
 
 
 def test_an_update_reports_token_means_over_all_its_steps_tokens():
@@ -248,3 +249,44 @@ def test_an_update_without_opd_tokens_reports_its_opd_means_as_zero():
   update = update_metrics([_step_outputs(inputs, cfg, 1.0)] * 2, cfg)
   assert update["gate_mean"] == update["delta_std"] == update["delta_max"] == 0.0
   assert update["opd_tokens"] == 0.0 and update["entropy"] == 1.0
+
+
+def test_rows_out_of_the_outcome_terms_leave_pg_entropy_and_kl_but_keep_opd():
+  """The numpy reference drops the rows from the batch (no mask arithmetic) for the outcome
+  terms and scores OPD on the whole batch."""
+  cfg = losses.LossConfig(lambda_opd=0.5, kl_coef=0.2, entropy_coef=0.01)
+  lp, entropy, batch, teacher, ref = _inputs(3)
+  outcome = np.array([1, 0, 1, 0], np.float32)
+  kept = outcome > 0
+  sub = {k: v[kept] for k, v in batch.items()}
+  _, outcome_parts, _, _ = _np_total(lp[kept], entropy[kept], sub, teacher[kept], ref[kept],
+                                     cfg)
+  _, full_parts, _, _ = _np_total(lp, entropy, batch, teacher, ref, cfg)
+  want = (outcome_parts["pg_loss"] + cfg.kl_coef * outcome_parts["kl"]
+          - cfg.entropy_coef * outcome_parts["entropy"] + cfg.lambda_opd * full_parts["opd_loss"])
+
+  jbatch = {k: jnp.asarray(v) for k, v in dict(batch, outcome_mask=outcome).items()}
+  total, sums = _jax_total(jnp.asarray(lp), jnp.asarray(entropy), jbatch, jnp.asarray(teacher),
+                           jnp.asarray(ref), cfg)
+  np.testing.assert_allclose(total, want, rtol=1e-5, atol=1e-6)
+  assert float(sums["tokens"]) == batch["response_mask"][kept].sum()
+  assert float(sums["opd_tokens"]) == (batch["response_mask"] * batch["opd_mask"][:, None]).sum()
+
+  # Row 1 is out of the outcome terms and has no skill: no gradient reaches it. Row 3 is out
+  # too but has a skill: only OPD's -gate / opd_tokens reaches it.
+  grad = jax.grad(lambda x: _jax_total(x, jnp.asarray(entropy), jbatch, jnp.asarray(teacher),
+                                       jnp.asarray(ref), cfg)[0])(jnp.asarray(lp))
+  np.testing.assert_array_equal(np.asarray(grad)[1], 0.0)
+  gate = 1 / (1 + np.exp(-cfg.beta_opd * (teacher[3].astype(np.float64) - lp[3])))
+  opd_tokens = (batch["response_mask"] * batch["opd_mask"][:, None]).sum()
+  np.testing.assert_allclose(np.asarray(grad)[3],
+                             -cfg.lambda_opd * gate * batch["response_mask"][3] / opd_tokens,
+                             rtol=1e-5, atol=1e-8)
+
+
+def test_an_update_counts_its_steps_without_signal():
+  from seed_jax.seed.train_step import update_metrics
+  cfg = losses.LossConfig()
+  steps = [dict(_step_outputs(_inputs(seed), cfg, 1.0), update_empty=empty)
+           for seed, empty in ((0, 1.0), (1, 0.0), (2, 1.0))]
+  assert update_metrics(steps, cfg)["update_empty"] == 2.0

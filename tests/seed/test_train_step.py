@@ -184,6 +184,27 @@ def test_non_finite_loss_skips_update(setup, single_steps):
   _assert_trees_close((after.params, after.opt_state), kept, rtol=0, atol=0)
 
 
+def test_a_batch_without_signal_leaves_the_state_and_is_counted_not_skipped(setup):
+  """Every row out of the outcome terms and no OPD term: AdamW must not step on weight
+  decay and stale moments; with OPD on, the same rows still update."""
+  graphdef, params, batch, _ = setup
+  silent = dict(batch, outcome_mask=jnp.zeros_like(batch["outcome_mask"]))
+  grpo = ts.make_train_step(graphdef, OPTIM, ts.TrainStepConfig(
+      teacher_mode="precomputed", loss=dataclasses.replace(LOSS, lambda_opd=0.0, kl_coef=0.0)))
+  before = _fresh_state(params)
+  kept = jax.tree.map(np.asarray, (before.params, before.opt_state))
+  after, out = grpo(before, silent)
+  assert float(out["update_empty"]) == 1.0 and float(out["update_skipped"]) == 0.0
+  assert int(after.step) == 0 and int(after.skipped) == 0
+  _assert_trees_close((after.params, after.opt_state), kept, rtol=0, atol=0)
+
+  seed = ts.make_train_step(graphdef, OPTIM, ts.TrainStepConfig(
+      teacher_mode="precomputed", loss=dataclasses.replace(LOSS, kl_coef=0.0)))
+  after, out = seed(_fresh_state(params), silent)
+  assert float(out["update_empty"]) == 0.0 and int(after.step) == 1
+  assert float(out["sums"]["tokens"]) == 0.0 and float(out["sums"]["opd_tokens"]) > 0
+
+
 def test_missing_inputs_fail_with_names(setup):
   graphdef, params, batch, _ = setup
   with pytest.raises(ValueError, match="ref_logprobs"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -77,3 +78,27 @@ def test_lambda_opd_zero_runs_no_analyzer_and_scores_no_teacher(tiny_model, tmp_
   train = [r for r in read_metrics(str(tmp_path / "run" / "metrics.jsonl"))
            if r["phase"] == "train"]
   assert "opd_loss" not in train[0] and "time_analysis_s" not in train[0]
+
+
+def test_zero_advantage_groups_run_no_update_when_every_group_scores_alike(
+    tiny_model, tmp_path, monkeypatch):
+  """With `rl.skip_zero_advantage_groups`, an iteration whose groups all score alike (here:
+  every episode made a loss with valid steps) runs no optimizer step, and says so."""
+  original = trainer_lib.build_batch
+
+  def alike(trajs, cfg, with_teacher):
+    trajs = [dataclasses.replace(t, episode_reward=0.0, won=False, steps=[
+        dataclasses.replace(s, action_valid=True) for s in t.steps]) for t in trajs]
+    return original(trajs, cfg, with_teacher=with_teacher)
+  monkeypatch.setattr(trainer_lib, "build_batch", alike)
+  spec = tiny_spec(tiny_model, "grpo", **{"rl.skip_zero_advantage_groups": True,
+                                          "eval.at_end": False})
+  trainer = Trainer(spec, str(tmp_path / "run"))
+  calls = []
+  step = trainer.train_step
+  trainer.train_step = lambda *args: calls.append(1) or step(*args)
+  trainer.run()
+  train = [r for r in read_metrics(str(tmp_path / "run" / "metrics.jsonl"))
+           if r["phase"] == "train"]
+  assert calls == [] and train[0]["update_empty"] >= 1 and "loss" not in train[0]
+  assert train[0]["batch_zero_advantage_rows"] == train[0]["batch_rows"] > 0

@@ -136,6 +136,7 @@ def test_bad_values_name_the_key(key, value, match):
     ("seed", 7, "seed"),
     ("model.dtype", "bfloat16", "model.dtype"),
     ("model.remat", False, "model.remat"),
+    ("rl.skip_zero_advantage_groups", True, "batch.skip_zero_advantage_groups"),
     ("mesh.tensor", 2, "mesh.tensor"),
     ("pool.num_workers", 3, "env.num_workers"),
     ("env.max_steps", 9, "rollout.max_turns"),
