@@ -141,7 +141,12 @@ def get_base_config() -> ml_collections.ConfigDict:
   ))
 
   c.checkpoint = ml_collections.ConfigDict(dict(every=1, keep=3, export_hf=True))
-  c.log = ml_collections.ConfigDict(dict(tensorboard=True, plots=True))
+  c.log = ml_collections.ConfigDict(dict(
+      tensorboard=True, plots=True,
+      # Weights & Biases (process 0; the run id kept in the workdir, so a resumed run
+      # continues the same W&B run); "" entity / name / group: the default entity, the
+      # workdir's name, no group.
+      wandb=False, wandb_project="seed_jax", wandb_entity="", wandb_name="", wandb_group=""))
   return c
 
 

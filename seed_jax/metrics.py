@@ -1,4 +1,5 @@
-"""Metrics a researcher can plot: `workdir/metrics.jsonl`, TensorBoard, PNG curves, a table.
+"""Metrics a researcher can plot: `workdir/metrics.jsonl`, TensorBoard, PNG curves, a table
+(and Weights & Biases through a sink, `seed_jax.wandb_sink`).
 
 Every record is one JSON line `{"step": int, "phase": str, ...scalars}`; lists of numbers
 (e.g. the OPD gate histogram) are kept in the JSON line and go to TensorBoard as
@@ -63,11 +64,13 @@ class MetricsWriter:
   file is rewritten at most every `flush_every_s` seconds, on `flush()` and on `close()`
   (the trainer flushes with every checkpoint, so a resumed run finds them).
   `enabled=False` (hosts other than the primary) keeps the API and writes nothing.
+  `sinks` receive every record too (`log(record)`, `close()`), e.g. a `WandbSink`.
   """
 
   def __init__(self, workdir: paths.PathLike, tensorboard: bool = True, enabled: bool = True,
-               flush_every_s: float = 30.0):
+               flush_every_s: float = 30.0, sinks: tuple = ()):
     self.enabled = enabled
+    self._sinks = tuple(sinks) if enabled else ()
     workdir = paths.run_path(workdir)
     self.path = workdir / "metrics.jsonl"
     self._remote = paths.is_remote(workdir)
@@ -120,6 +123,8 @@ class MetricsWriter:
           self._tb.add_histogram(tag, np.asarray(value, np.float64), step)
       if not self._remote:  # remote event files are uploaded whole at every flush
         self._tb.flush()
+    for sink in self._sinks:
+      sink.log(record)
     return record
 
   def flush(self) -> None:
@@ -137,6 +142,9 @@ class MetricsWriter:
     if self._tb is not None:
       self._tb.close()
       self._tb = None
+    for sink in self._sinks:
+      sink.close()
+    self._sinks = ()
 
 
 def read_metrics(path: paths.PathLike) -> list[dict[str, Any]]:

@@ -78,7 +78,11 @@ def plan_jobs(out: str, arms: Sequence[Arm], seeds: Sequence[int], iterations: i
               user_overrides: Sequence[tuple[str, Any]] = ()) -> list[Job]:
   """Every job of the experiment, in a runnable order: per seed its warm starts, then its
   arms. `user_overrides` (the command line's `--config.KEY=VALUE`) apply to every run;
-  the experiment's own keys (the warm starts' settings, the arm's) take precedence."""
+  the experiment's own keys (the warm starts' settings, the arm's) take precedence. With
+  `--config.log.wandb=True` every run is one W&B run named after its job, in one group
+  (`log.wandb_group`, by default the experiment folder's name)."""
+  group = dict(user_overrides).get("log.wandb_group") or os.path.basename(
+      os.path.normpath(out))
   jobs = []
   for seed in seeds:
     bc = Job(f"{WARM_START}/seed{seed}/bc", warm_start_workdir(out, seed, BC),
@@ -104,7 +108,8 @@ def plan_jobs(out: str, arms: Sequence[Arm], seeds: Sequence[int], iterations: i
         jobs.append(Job(f"{arm.name}/seed{seed}", workdir, _merge(user_overrides, base),
                         iterations, after=(source.name,),
                         warm_checkpoint=_step_folder(source.workdir, 0)))
-  return jobs
+  return [dataclasses.replace(job, overrides=_merge(job.overrides, (
+      ("log.wandb_name", job.name), ("log.wandb_group", group)))) for job in jobs]
 
 
 def _merge(first: Sequence[tuple[str, Any]], then: Sequence[tuple[str, Any]]

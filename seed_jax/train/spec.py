@@ -28,6 +28,7 @@ from seed_jax.parallel.mesh import MeshConfig
 from seed_jax.parallel.rules import validate_rules
 from seed_jax.seed.analyzer import AnalyzerConfig
 from seed_jax.seed.batch import BatchConfig
+from seed_jax.wandb_sink import WandbSettings
 from seed_jax.seed.losses import LossConfig
 from seed_jax.seed.skills import PLACEMENTS
 from seed_jax.seed.optim import OptimConfig
@@ -203,10 +204,13 @@ class OutputSpec:
   export_hf: bool
   tensorboard: bool
   plots: bool
+  wandb: bool = False
+  wandb_settings: WandbSettings = WandbSettings()
 
   def __post_init__(self):
     require(self, "checkpoint_every", non_negative_int, "a non-negative integer")
     require(self, "checkpoint_keep", positive_int, "a positive integer")
+    require(self, "wandb", lambda v: isinstance(v, bool), "True or False")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,7 +413,10 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
   output = _build(OutputSpec, config, {
       "checkpoint_every": "checkpoint.every", "checkpoint_keep": "checkpoint.keep",
       "export_hf": "checkpoint.export_hf", "tensorboard": "log.tensorboard",
-      "plots": "log.plots"})
+      "plots": "log.plots", "wandb": "log.wandb"},
+      wandb_settings=_build(WandbSettings, config, {
+          "project": "log.wandb_project", "entity": "log.wandb_entity",
+          "name": "log.wandb_name", "group": "log.wandb_group"}))
   return RunSpec(
       algorithm=algorithm, seed=_key(config, "seed", non_negative_int, "a non-negative integer"),
       model=model,

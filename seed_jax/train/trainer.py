@@ -14,6 +14,7 @@ iteration checkpointed, and `run()` returns normally (see `Trainer.run`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from typing import Any
@@ -46,6 +47,7 @@ from seed_jax.train.rollout import play_episodes
 from seed_jax.train.sft import FineTuneSpec, fine_tune
 from seed_jax.train.spec import RunSpec
 from seed_jax.train.tasks import TaskIterator
+from seed_jax.wandb_sink import WandbSink
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,12 @@ class Trainer:
                                       self.state_shardings)
     self.score = make_score_fn(self.graphdef, spec.train_step.logprob_chunk, self.mesh)
 
+    sinks = ()
+    if spec.output.wandb and hosts.is_primary():
+      sinks = (WandbSink(self.workdir, spec.output.wandb_settings,
+                         json.loads(spec.config_json)),)
     self.metrics = metrics_lib.MetricsWriter(self.workdir, spec.output.tensorboard,
-                                             enabled=hosts.is_primary())
+                                             enabled=hosts.is_primary(), sinks=sinks)
     self.timer = metrics_lib.Timer()
     self.host: dict[str, Any] = {"stage": "start", "iteration": 0, "task_cursor": 0}
     self.library: dict[str, str] = {}

@@ -137,6 +137,8 @@ def test_bad_values_name_the_key(key, value, match):
     ("model.dtype", "bfloat16", "model.dtype"),
     ("model.remat", False, "model.remat"),
     ("rl.skip_zero_advantage_groups", True, "batch.skip_zero_advantage_groups"),
+    ("log.wandb", True, "output.wandb"),
+    ("log.wandb_group", "cmp", "output.wandb_settings.group"),
     ("mesh.tensor", 2, "mesh.tensor"),
     ("pool.num_workers", 3, "env.num_workers"),
     ("env.max_steps", 9, "rollout.max_turns"),
