@@ -17,6 +17,7 @@ import jax.numpy as jnp
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,8 +28,11 @@ class ModelConfig:
   Matmuls in bfloat16 always accumulate in float32; logits and softmax are float32.
   `remat`: under differentiation, keep only each layer's input and recompute the rest of
   the layer in the backward pass (activation memory flat in depth, one more forward);
-  False keeps every layer's residuals (faster where they fit; `seed_jax.models.memory`
-  chooses). It changes no value, only what the backward pass stores.
+  False keeps every layer's residuals (faster where they fit; measure with
+  bench/train_step.py). It changes no value, only what the backward pass stores.
+  `lora_rank` > 0 adds a low-rank adapter (`seed_jax.models.lora`) of that rank to each
+  projection named in `lora_targets` (q, k, v, o, gate, up, down), scaled by
+  `lora_alpha / lora_rank`; 0 means none.
   """
 
   model_type: str = "llama"
@@ -53,6 +57,9 @@ class ModelConfig:
   dtype: str = "float32"
   param_dtype: str = "float32"
   remat: bool = True
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -61,6 +68,12 @@ class ModelConfig:
     for key in ("dtype", "param_dtype"):
       if getattr(self, key) not in DTYPES:
         raise ValueError(f"{key} must be one of {sorted(DTYPES)}, got {getattr(self, key)!r}")
+    if not (isinstance(self.lora_rank, int) and self.lora_rank >= 0):
+      raise ValueError(f"lora_rank must be a non-negative integer, got {self.lora_rank!r}")
+    unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]
+    if unknown or not self.lora_targets:
+      raise ValueError(f"lora_targets must be a non-empty selection of {LORA_TARGETS}, "
+                       f"got {self.lora_targets!r}")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"num_attention_heads ({self.num_heads}) must be a multiple of "
                        f"num_key_value_heads ({self.num_kv_heads})")
@@ -72,6 +85,12 @@ class ModelConfig:
   @property
   def rope_scaling_dict(self) -> dict[str, Any]:
     return dict(self.rope_scaling or ())
+
+  def lora_scale(self, target: str) -> float:
+    """The adapter scale `alpha / rank` of projection `target`, or 0.0 without one."""
+    if not self.lora_rank or target not in self.lora_targets:
+      return 0.0
+    return self.lora_alpha / self.lora_rank
 
   @property
   def jnp_dtype(self):

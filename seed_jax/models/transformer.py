@@ -30,6 +30,7 @@ from flax import nnx
 
 from seed_jax.models.attention import attend, attend_decode, causal_attention
 from seed_jax.models.config import ModelConfig
+from seed_jax.models.lora import adapter_params
 from seed_jax.models.matmul import matmul
 from seed_jax.parallel.rules import constrain
 
@@ -52,21 +53,33 @@ def write_slots(cache: jax.Array, new: jax.Array, start: tuple) -> jax.Array:
 
 
 class Linear(nnx.Module):
-  """A projection stored as HF does: kernel `[out, in]`, optional bias `[out]`."""
+  """A projection stored as HF does: kernel `[out, in]`, optional bias `[out]`, and with
+  `lora_rank` a low-rank adapter scaled by `lora_scale` (`seed_jax.models.lora`)."""
 
   def __init__(self, in_dim: int, out_dim: int, axes: tuple[str, str], *, bias: bool,
-               param_dtype, rngs: nnx.Rngs):
+               param_dtype, rngs: nnx.Rngs, lora_rank: int = 0, lora_scale: float = 0.0):
     init = nnx.initializers.normal(stddev=1.0 / math.sqrt(in_dim))
     self.kernel = nnx.Param(init(rngs.params(), (out_dim, in_dim), param_dtype),
                             logical_axes=axes)
     self.bias = (nnx.Param(jnp.zeros((out_dim,), param_dtype), logical_axes=(axes[0],))
                  if bias else None)
+    self.lora_scale = lora_scale
+    self.lora_a, self.lora_b = (adapter_params(lora_rank, in_dim, out_dim, axes, rngs)
+                                if lora_rank else (None, None))
 
   def __call__(self, x: jax.Array) -> jax.Array:
     y = matmul(x, self.kernel[...])
+    if self.lora_a is not None:
+      y = y + self.lora_scale * matmul(matmul(x, self.lora_a[...]), self.lora_b[...])
     if self.bias is not None:
       y = y + self.bias[...].astype(y.dtype)
     return y
+
+
+def _adapter(cfg: ModelConfig, target: str) -> dict:
+  """Linear's LoRA arguments for projection `target` (none unless cfg adapts it)."""
+  scale = cfg.lora_scale(target)
+  return dict(lora_rank=cfg.lora_rank if scale else 0, lora_scale=scale)
 
 
 class RMSNorm(nnx.Module):
@@ -121,13 +134,13 @@ class Attention(nnx.Module):
     pd, d, hd = cfg.jnp_param_dtype, cfg.hidden_size, cfg.head_dim
     self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, hd
     self.q_proj = Linear(d, cfg.num_heads * hd, ("heads", "embed"), bias=cfg.qkv_bias,
-                         param_dtype=pd, rngs=rngs)
+                         param_dtype=pd, rngs=rngs, **_adapter(cfg, "q"))
     self.k_proj = Linear(d, cfg.num_kv_heads * hd, ("kv_heads", "embed"), bias=cfg.qkv_bias,
-                         param_dtype=pd, rngs=rngs)
+                         param_dtype=pd, rngs=rngs, **_adapter(cfg, "k"))
     self.v_proj = Linear(d, cfg.num_kv_heads * hd, ("kv_heads", "embed"), bias=cfg.qkv_bias,
-                         param_dtype=pd, rngs=rngs)
+                         param_dtype=pd, rngs=rngs, **_adapter(cfg, "v"))
     self.o_proj = Linear(cfg.num_heads * hd, d, ("embed", "heads"), bias=cfg.o_bias,
-                         param_dtype=pd, rngs=rngs)
+                         param_dtype=pd, rngs=rngs, **_adapter(cfg, "o"))
     self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, pd, "head_dim") if cfg.qk_norm else None
     self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, pd, "head_dim") if cfg.qk_norm else None
 
@@ -169,9 +182,12 @@ class MLP(nnx.Module):
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
     pd, d, f = cfg.jnp_param_dtype, cfg.hidden_size, cfg.intermediate_size
-    self.gate_proj = Linear(d, f, ("mlp", "embed"), bias=False, param_dtype=pd, rngs=rngs)
-    self.up_proj = Linear(d, f, ("mlp", "embed"), bias=False, param_dtype=pd, rngs=rngs)
-    self.down_proj = Linear(f, d, ("embed", "mlp"), bias=False, param_dtype=pd, rngs=rngs)
+    self.gate_proj = Linear(d, f, ("mlp", "embed"), bias=False, param_dtype=pd, rngs=rngs,
+                            **_adapter(cfg, "gate"))
+    self.up_proj = Linear(d, f, ("mlp", "embed"), bias=False, param_dtype=pd, rngs=rngs,
+                          **_adapter(cfg, "up"))
+    self.down_proj = Linear(f, d, ("embed", "mlp"), bias=False, param_dtype=pd, rngs=rngs,
+                            **_adapter(cfg, "down"))
 
   def __call__(self, x: jax.Array) -> jax.Array:
     h = jax.nn.silu(self.gate_proj(x)) * self.up_proj(x)
