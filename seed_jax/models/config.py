@@ -59,7 +59,7 @@ class ModelConfig:
   remat: bool = True
   lora_rank: int = 0
   lora_alpha: float = 16.0
-  lora_targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+  lora_targets: tuple[str, ...] = LORA_TARGETS
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:

@@ -51,17 +51,9 @@ def merged_model(model: nnx.Module) -> nnx.Module:
     if path[-1] == "kernel" and path[:-1] + ("lora_a",) in source:
       a = source[path[:-1] + ("lora_a",)].get_value()
       b = source[path[:-1] + ("lora_b",)].get_value()
-      scale = cfg.lora_scale(_target(path))
+      scale = cfg.lora_scale(path[-2].removesuffix("_proj"))  # q_proj -> q
       delta = scale * jnp.einsum("...or,...ri->...oi", b, a)
       value = (value.astype(jnp.float32) + delta).astype(value.dtype)
     merged[path] = variable.replace(value)
   nnx.update(plain, nnx.from_flat_state(merged))
   return plain
-
-
-_TARGET_OF = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o",
-              "gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
-
-
-def _target(path: tuple) -> str:
-  return _TARGET_OF[path[-2]]

@@ -129,6 +129,17 @@ def outcome_token_mask(batch: dict[str, Array]) -> Array:
   return mask
 
 
+def signal_tokens(batch: dict[str, Array], with_opd: bool) -> Array:
+  """How many response tokens some loss term counts: the outcome tokens and, with OPD on,
+  the tokens of rows with a skill (each token once). Zero means an update would have
+  nothing to follow (`train_step.apply_gradients` then leaves the state as it is)."""
+  counted = outcome_token_mask(batch)
+  if with_opd:
+    skill = batch["response_mask"].astype(jnp.float32) * batch["opd_mask"][:, None]
+    counted = jnp.maximum(counted, skill.astype(jnp.float32))
+  return jnp.sum(counted)
+
+
 def seed_loss_sums(
     logprobs: Array,
     entropy: Array,

@@ -264,9 +264,7 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
 
   def step(state: TrainState, batch: Batch):
     loss, grads, sums = loss_and_grad(state.params, batch)
-    has_signal = sums["tokens"] > 0
-    if "opd_tokens" in sums and cfg.loss.lambda_opd:
-      has_signal = has_signal | (sums["opd_tokens"] > 0)
+    has_signal = losses.signal_tokens(batch, bool(cfg.loss.lambda_opd)) > 0
     new_state, finite, grad_norm = apply_gradients(optimizer, state, grads, loss, has_signal)
     # Raw sums, not means: an update of several steps folds them exactly (update_metrics).
     outputs = dict(sums=sums, loss=loss, grad_norm=grad_norm,

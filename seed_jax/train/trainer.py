@@ -32,6 +32,7 @@ from seed_jax.models import export_hf, load_model
 from seed_jax.parallel import check_sharded_enough, hosts, make_mesh
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import analyzer as analyzer_lib
+from seed_jax.seed import losses
 from seed_jax.seed.analysis_file import write_analysis_file
 from seed_jax.seed.batch import build_batch, trajectory_gate_stats
 from seed_jax.seed.skills import skill_prompt_ids
@@ -586,9 +587,7 @@ class Trainer:
 
 
 def _has_signal(mini: dict[str, np.ndarray], opd: bool) -> bool:
-  """Whether a mini-batch has a response token that some loss term counts: an outcome row
-  (`outcome_mask`), or with OPD on a row with a skill. Without one the train step would
-  leave the parameters as they are (`apply_gradients`), so it is not run at all."""
-  tokens = mini["response_mask"].sum(axis=1) > 0
-  return bool(np.any(tokens & (mini["outcome_mask"] > 0))
-              or (opd and np.any(tokens & (mini["opd_mask"] > 0))))
+  """Whether a mini-batch has a response token that some loss term counts (the train
+  step's own rule, `losses.signal_tokens`). Without one the step would leave the
+  parameters as they are, so it is not run at all."""
+  return bool(losses.signal_tokens(mini, opd) > 0)
