@@ -40,6 +40,11 @@ def get_base_config() -> ml_collections.ConfigDict:
       # 7.7x the temporary memory without); measure with bench/train_step.py --remat=on,off
       # and read the plan's memory before turning it off on an accelerator.
       remat=True,
+      # LoRA (verl's lora_rank / lora_alpha / target_modules): rank > 0 trains low-rank
+      # adapters on the named projections (q, k, v, o, gate, up, down) and freezes the base;
+      # the policy, analyzer, teacher and KL reference share the one base.
+      lora=ml_collections.ConfigDict(dict(rank=0, alpha=16.0,
+                                          targets=("q", "k", "v", "o", "gate", "up", "down"))),
   ))
   c.mesh = ml_collections.ConfigDict(dict(
       data=1, fsdp=-1, tensor=1,     # -1: all remaining devices

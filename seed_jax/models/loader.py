@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from jax.sharding import Mesh
 
-from seed_jax.models.config import ModelConfig
+from seed_jax.models.config import LORA_TARGETS, ModelConfig
 from seed_jax.models.embedded import EMBEDDED_MODELS, embedded_model_dir
 from seed_jax.models.shapes import MODEL_SHAPES, existing_model_path
+from seed_jax.models.lora import with_adapters
 from seed_jax.models.tokenizer import Tokenizer, load_tokenizer, tokenizer_from_gguf
 from seed_jax.models.transformer import Transformer
 from seed_jax.models.weights import SafetensorsSource, load_params
-from seed_jax.parallel.mesh import LogicalMesh
+from seed_jax.parallel.mesh import (LogicalMesh, as_logical_mesh, param_shardings,
+                                    single_device_mesh)
 from seed_jax.parallel.rules import Rules
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -35,8 +37,9 @@ def resolve_model_path(name_or_path: str) -> str:
 
 def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",
                param_dtype: str | None = None, mesh: LogicalMesh | Mesh | None = None,
-               rules: Rules | None = None, remat: bool = True
-               ) -> tuple[Transformer, Tokenizer]:
+               rules: Rules | None = None, remat: bool = True, lora_rank: int = 0,
+               lora_alpha: float = 16.0, lora_targets: tuple[str, ...] = LORA_TARGETS,
+               seed: int = 0) -> tuple[Transformer, Tokenizer]:
   """Loads weights (streamed into `mesh`'s shardings) and the tokenizer.
 
   Args:
@@ -46,6 +49,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",
       everything on the first device.
     rules: only needed with a plain Mesh; with a `LogicalMesh` they must equal its own.
     remat: rematerialise each layer in the backward pass (`ModelConfig.remat`).
+    lora_rank, lora_alpha, lora_targets: with a rank > 0, fresh low-rank adapters on the
+      loaded weights (`seed_jax.models.lora`; `seed` draws their `A`).
   """
   path = resolve_model_path(name_or_path)
   overrides = dict(dtype=dtype, param_dtype=param_dtype or dtype, remat=remat)
@@ -57,4 +62,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",
     cfg = ModelConfig.from_hf_file(path, **overrides)
     source = SafetensorsSource(path)
     tokenizer = load_tokenizer(path, eos_ids=cfg.eos_token_ids)
-  return load_params(cfg, source, mesh, rules), tokenizer
+  model = load_params(cfg, source, mesh, rules)
+  if lora_rank:
+    placement = as_logical_mesh(mesh or single_device_mesh(), rules)
+    model = with_adapters(model, lora_rank, lora_alpha, lora_targets,
+                          lambda state: param_shardings(state, placement), seed)
+  return model, tokenizer

@@ -57,3 +57,35 @@ def merged_model(model: nnx.Module) -> nnx.Module:
     merged[path] = variable.replace(value)
   nnx.update(plain, nnx.from_flat_state(merged))
   return plain
+
+
+def split_trainable(params: nnx.State) -> tuple[nnx.State, nnx.State]:
+  """`(trainable, frozen)` parameters: with adapters, the adapters and the frozen base;
+  without, everything and nothing. Every update (RL, stage 1, behaviour cloning) takes
+  gradients of and holds optimizer moments for the trainable part only.
+  `merge_trainable(trainable, frozen)` gives `params` back."""
+  adapters, base = nnx.split_state(params, LoraParam, ...)
+  if not jax.tree.leaves(adapters):
+    return params, adapters  # adapters is the empty state here
+  return adapters, base
+
+
+def merge_trainable(trainable: nnx.State, frozen: nnx.State) -> nnx.State:
+  """The whole parameter state from `split_trainable`'s two parts (no array is copied)."""
+  return nnx.merge_state(trainable, frozen)
+
+
+def with_adapters(model: nnx.Module, rank: int, alpha: float, targets: tuple[str, ...],
+                  shardings_of, seed: int = 0) -> nnx.Module:
+  """`model` (without adapters) with fresh adapters of `rank` on `targets`: a new model
+  holding the same base arrays and PEFT-initialised adapters, each created in place in its
+  sharding (`shardings_of(abstract_state) -> shardings`, e.g. `param_shardings` on the
+  run's mesh)."""
+  cfg: ModelConfig = model.cfg.replace(lora_rank=rank, lora_alpha=alpha,
+                                       lora_targets=tuple(targets))
+  build = lambda: type(model)(cfg, rngs=nnx.Rngs(seed))
+  graphdef, abstract_adapters, _ = nnx.split(nnx.eval_shape(build), LoraParam, ...)
+  # Only the adapters leave the jitted build: the base's initialisation is dead code.
+  adapters = jax.jit(lambda: nnx.split(build(), LoraParam, ...)[1],
+                     out_shardings=shardings_of(abstract_adapters))()
+  return nnx.merge(graphdef, adapters, nnx.state(model))

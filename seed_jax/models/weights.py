@@ -26,7 +26,8 @@ from jax.sharding import Mesh
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.transformer import Transformer
 from seed_jax.parallel import hosts
-from seed_jax.parallel.mesh import LogicalMesh, as_logical_mesh, param_shardings
+from seed_jax.parallel.mesh import (LogicalMesh, as_logical_mesh, param_shardings,
+                                    single_device_mesh)
 from seed_jax.parallel.rules import Rules
 
 # Our module names -> HF module names, applied per path component.
@@ -96,7 +97,7 @@ def load_params(cfg: ModelConfig, source: TensorSource,
   """
   graphdef, state = abstract_model(cfg)
   if mesh is None:
-    mesh = Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
+    mesh = single_device_mesh()
   shardings = dict(nnx.to_flat_state(param_shardings(state, as_logical_mesh(mesh, rules))))
   available = set(source.names())
   used = set()

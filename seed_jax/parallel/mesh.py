@@ -174,6 +174,11 @@ def make_mesh(config: MeshConfig = MeshConfig(), devices=None) -> LogicalMesh:
   return LogicalMesh(mesh, config.rules)
 
 
+def single_device_mesh() -> Mesh:
+  """The first device as a mesh of the project's axes: where weights go without a mesh."""
+  return Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1), MESH_AXES)
+
+
 def _is_variable(x) -> bool:
   return isinstance(x, nnx.Variable)
 

@@ -35,6 +35,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from seed_jax.checks import one_of, positive_int, require
+from seed_jax.models.lora import merge_trainable, split_trainable
 from seed_jax.parallel.mesh import LogicalMesh, as_logical_mesh, in_mesh, param_shardings
 from seed_jax.seed import losses
 from seed_jax.seed import optim
@@ -72,7 +73,9 @@ class TrainStepConfig:
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything an update changes. `skipped` counts updates dropped for a non-finite loss."""
+  """Everything an update changes. `params` is the whole model; `opt_state` holds moments
+  for its trainable part only (`lora.split_trainable`: the adapters when the model has
+  them). `skipped` counts updates dropped for a non-finite loss."""
   params: Any
   opt_state: Any
   step: jax.Array
@@ -85,7 +88,8 @@ def init_train_state(params, optim_cfg: optim.OptimConfig,
   optimizer = optim.make_optimizer(optim_cfg)
 
   def make(p):
-    return TrainState(params=p, opt_state=optimizer.init(p), step=jnp.zeros((), jnp.int32),
+    return TrainState(params=p, opt_state=optimizer.init(split_trainable(p)[0]),
+                      step=jnp.zeros((), jnp.int32),
                       skipped=jnp.zeros((), jnp.int32))
 
   return jax.jit(make, out_shardings=shardings)(params)
@@ -100,11 +104,25 @@ def train_state_shardings(params, mesh: LogicalMesh | Mesh, optim_cfg: optim.Opt
   shardings = param_shardings(params, mesh)
   replicated = mesh.replicated()
   optimizer = optim.make_optimizer(optim_cfg)
+  trainable = split_trainable(params)[0]
   opt_shardings = optax.tree_map_params(
-      optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params), shardings,
-      transform_non_params=lambda _: replicated)
+      optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, trainable),
+      split_trainable(shardings)[0], transform_non_params=lambda _: replicated)
   return TrainState(params=shardings, opt_state=opt_shardings, step=replicated,
                     skipped=replicated)
+
+
+def trainable_value_and_grad(loss_fn: Callable, has_aux: bool = False) -> Callable:
+  """`loss_fn(params, *args)` -> `(params, *args) -> (value, grads)` with the gradients of
+  the trainable part of `params` only (`lora.split_trainable`): with adapters, the frozen
+  base is a constant of the differentiation, so no base gradient is ever computed."""
+
+  def value_and_grad(params, *args):
+    trainable, frozen = split_trainable(params)
+    return jax.value_and_grad(lambda t: loss_fn(merge_trainable(t, frozen), *args),
+                              has_aux=has_aux)(trainable)
+
+  return value_and_grad
 
 
 def _score(graphdef, params, tokens, mask, response_len, chunk):
@@ -126,7 +144,8 @@ def make_score_fn(graphdef, chunk: int = 128, mesh: LogicalMesh | Mesh | None = 
 def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
                           mesh: LogicalMesh | Mesh | None = None) -> Callable:
   """`(params, batch) -> (loss, grads, sums)`: the accumulated loss of the whole batch,
-  its float32 gradients and the metric sums (not jitted; the train step jits it)."""
+  the float32 gradients of the trainable parameters and the metric sums (not jitted; the
+  train step jits it)."""
   loss_cfg = cfg.loss
   chunk = cfg.logprob_chunk
   mesh = as_logical_mesh(mesh)
@@ -145,7 +164,7 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
     sums = losses.seed_loss_sums(lp, entropy, mb, teacher_lp, mb.get("ref_logprobs"), loss_cfg)
     return losses.total_loss(sums, tokens, opd_tokens, loss_cfg), sums
 
-  grad_fn = jax.value_and_grad(micro_batch_loss, has_aux=True)
+  grad_fn = trainable_value_and_grad(micro_batch_loss, has_aux=True)
 
   def micro_step(params, mb, tokens, opd_tokens):
     teacher_lp = None
@@ -223,15 +242,18 @@ def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, 
   """One optimizer update; a non-finite loss or gradient leaves params and moments
   untouched and is counted in `skipped`; so does a batch without `has_signal` (no token
   any loss term counts), which is not counted: AdamW would otherwise take a full step on
-  decay and stale moments alone. Returns (new state, finite, grad norm)."""
+  decay and stale moments alone. `grads` are those of the trainable parameters
+  (`trainable_value_and_grad`). Returns (new state, finite, grad norm)."""
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   apply = finite & has_signal
-  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
-  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
+  trainable, frozen = split_trainable(state.params)
+  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, trainable)
+  updates, opt_state = optimizer.update(grads, state.opt_state, trainable)
   keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(apply, n, o), new, old)
-  new_state = TrainState(params=keep(params, state.params),
+  # The frozen base passes through untouched (no select over it).
+  params = merge_trainable(keep(optax.apply_updates(trainable, updates), trainable), frozen)
+  new_state = TrainState(params=params,
                          opt_state=keep(opt_state, state.opt_state),
                          step=state.step + apply.astype(jnp.int32),
                          skipped=state.skipped + (~finite).astype(jnp.int32))

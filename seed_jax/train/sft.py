@@ -25,7 +25,7 @@ from seed_jax.parallel.mesh import (LogicalMesh, as_logical_mesh, batch_sharding
 from seed_jax.seed import optim
 from seed_jax.seed.batch import place_row
 from seed_jax.seed.logprobs import response_logprobs
-from seed_jax.seed.train_step import (TrainState, apply_gradients,
+from seed_jax.seed.train_step import (TrainState, apply_gradients, trainable_value_and_grad,
                                       init_train_state, train_state_shardings)
 
 
@@ -121,7 +121,7 @@ def make_nll_step(graphdef, optim_cfg: optim.OptimConfig,
     def loss_fn(params):
       total, count = _nll_sums(graphdef, params, batch, chunk)
       return total / jnp.maximum(count, 1.0), count
-    (loss, count), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss, count), grads = trainable_value_and_grad(loss_fn, has_aux=True)(state.params)
     new_state, _, grad_norm = apply_gradients(optimizer, state, grads, loss)
     return new_state, {"nll": loss, "target_tokens": count, "grad_norm": grad_norm}
 

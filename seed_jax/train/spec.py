@@ -21,7 +21,7 @@ from seed_jax import paths
 from seed_jax.checks import (SpecError, fraction, non_negative_int, one_of, positive,
                              positive_int, require, unit_interval)
 from seed_jax.envs.registry import ENV_NAMES, get_env_module
-from seed_jax.models.config import DTYPES
+from seed_jax.models.config import DTYPES, LORA_TARGETS
 from seed_jax.models.embedded import EMBEDDED_MODELS
 from seed_jax.models.shapes import MODEL_SHAPES
 from seed_jax.parallel.mesh import MeshConfig
@@ -73,6 +73,9 @@ class ModelSpec:
   dtype: str = "float32"
   param_dtype: str = "float32"
   remat: bool = True
+  lora_rank: int = 0  # model.lora.*: low-rank adapters train, the base stays frozen
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = LORA_TARGETS
 
   def __post_init__(self):
     require(self, "name", is_model_name,
@@ -81,6 +84,18 @@ class ModelSpec:
             f".gguf file")
     require(self, ("dtype", "param_dtype"), one_of(DTYPES), f"one of {tuple(DTYPES)}")
     require(self, "remat", lambda v: isinstance(v, bool), "True or False")
+    require(self, "lora_rank", non_negative_int, "a non-negative integer (0: no LoRA)")
+    require(self, "lora_alpha", positive, "a positive number")
+    require(self, "lora_targets",
+            lambda t: bool(t) and not isinstance(t, str) and set(t) <= set(LORA_TARGETS),
+            f"a non-empty selection of {LORA_TARGETS}")
+
+  @property
+  def load_kwargs(self) -> dict[str, Any]:
+    """`load_model`'s keyword arguments for these weights."""
+    return dict(dtype=self.dtype, param_dtype=self.param_dtype, remat=self.remat,
+                lora_rank=self.lora_rank, lora_alpha=float(self.lora_alpha),
+                lora_targets=tuple(self.lora_targets))
 
   def weights_error(self) -> str | None:
     """Why `name` has no weights to train or evaluate, as one line naming the key; None
@@ -342,7 +357,9 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
   algorithm = get_algorithm(name)
   model = _build(ModelSpec, config, {"name": "model.name", "dtype": "model.dtype",
                                      "param_dtype": "model.param_dtype",
-                                     "remat": "model.remat"})
+                                     "remat": "model.remat", "lora_rank": "model.lora.rank",
+                                     "lora_alpha": "model.lora.alpha",
+                                     "lora_targets": "model.lora.targets"})
   mesh = _mesh(config)
   env = _env_spec(config)
   loss = _build(LossConfig, config, {

@@ -29,6 +29,7 @@ from seed_jax.checkpoint import Checkpointer
 from seed_jax.envs.pool import EnvPool
 from seed_jax.envs.registry import get_env_module
 from seed_jax.models import export_hf, load_model
+from seed_jax.models.lora import merge_trainable, split_trainable
 from seed_jax.parallel import check_sharded_enough, hosts, make_mesh
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import analyzer as analyzer_lib
@@ -74,23 +75,26 @@ class Trainer:
       paths.write_text(self.workdir / "config.json", spec.config_json)
 
     self.mesh = make_mesh(spec.mesh)
-    model, self.tokenizer = load_model(spec.model.name, dtype=spec.model.dtype,
-                                       param_dtype=spec.model.param_dtype, mesh=self.mesh,
-                                       remat=spec.model.remat)
+    model, self.tokenizer = load_model(spec.model.name, mesh=self.mesh, seed=spec.seed,
+                                       **spec.model.load_kwargs)
     self.model_cfg = model.cfg
     self.graphdef, params = nnx.split(model, nnx.Param)
     self.checkpointer = Checkpointer(checkpoint_dir or self.workdir / "checkpoints",
                                      keep=spec.output.checkpoint_keep)
     # Another run's or an HF folder's weights, before anything uses them; a run that will
-    # resume from its own checkpoints does not read them.
-    if spec.init_from and self.checkpointer.latest_step() is None:
+    # resume from its own checkpoints does not read them, except with LoRA, whose
+    # checkpoints hold the adapters only: the frozen base comes from here on every start.
+    resuming = self.checkpointer.latest_step() is not None
+    if spec.init_from and (not resuming or model.cfg.lora_rank):
       params = initial_params(spec.init_from, params, model.cfg, self.mesh)
     check_sharded_enough(params, self.mesh)
     self.sampler = Sampler(self.graphdef, params, model.cfg, tokenizer=self.tokenizer,
                            mesh=self.mesh, max_cache_len=spec.max_cache_len)
     self.state_shardings = train_state_shardings(params, self.mesh, spec.optim)
     self.state = init_train_state(params, spec.optim, self.state_shardings)
-    self.ref_params = None
+    # The KL reference: the trainable part at the start of RL (with LoRA the adapters only;
+    # the frozen base is shared with the policy, `_reference_params`).
+    self.ref_trainable = None
     self.train_step = make_train_step(self.graphdef, spec.optim, spec.train_step, self.mesh,
                                       self.state_shardings)
     self.score = make_score_fn(self.graphdef, spec.train_step.logprob_chunk, self.mesh)
@@ -148,16 +152,27 @@ class Trainer:
 
   # ------------------------------------------------------------------ checkpoints
 
+  def _reference_params(self):
+    return merge_trainable(self.ref_trainable, split_trainable(self.state.params)[1])
+
   def _device_state(self) -> dict[str, Any]:
-    state = {"train": self.state}
-    if self.ref_params is not None:
-      state["ref"] = self.ref_params
+    """What a checkpoint holds: the train state with the trainable parameters only (with
+    LoRA the adapters; the frozen base is reloaded on every start) and the reference."""
+    state = {"train": self.state.replace(params=split_trainable(self.state.params)[0])}
+    if self.ref_trainable is not None:
+      state["ref"] = self.ref_trainable
     return state
+
+  def _base(self) -> dict[str, str] | None:
+    """The frozen base a LoRA checkpoint's adapters belong to (None without LoRA)."""
+    if not self.model_cfg.lora_rank:
+      return None
+    return {"model": self.spec.model.name, "init_from": self.spec.init_from}
 
   def save(self) -> None:
     """Checkpoints the last completed iteration (asynchronously) and flushes the metrics
     (a no-op for a local workdir), so a resumed run finds both."""
-    host = dict(self.host, library=self.library)
+    host = dict(self.host, library=self.library, lora_base=self._base())
     self.checkpointer.save(self.host["iteration"], self._device_state(), host)
     self._saved_iteration = self.host["iteration"]
     self.metrics.flush()
@@ -165,11 +180,19 @@ class Trainer:
   def restore(self, step: int) -> None:
     """Loads checkpoint `step`: the train state (and reference), the host state and the
     skill library (Skill-GRPO acts with it, in evaluation too)."""
-    like = {"train": self.state}
+    trainable, frozen = split_trainable(self.state.params)
+    like = {"train": self.state.replace(params=trainable)}
     if self.spec.rl.kl:
-      like["ref"] = self.state.params
+      like["ref"] = trainable
     restored, host = self.checkpointer.restore(step, like)
-    self.state, self.ref_params = restored["train"], restored.get("ref")
+    base = host.pop("lora_base", None)
+    if base != self._base():
+      raise ValueError(f"checkpoint {step} in {self.checkpointer.directory} was trained on "
+                       f"the base {base}, this run has {self._base()}: resume with the "
+                       f"run's own config.model.name, config.model.lora.* and init_from")
+    self.state = restored["train"].replace(params=merge_trainable(restored["train"].params,
+                                                                  frozen))
+    self.ref_trainable = restored.get("ref")
     self.library = host.pop("library", {})
     self.host = host
     self._sync_sampler()
@@ -261,7 +284,8 @@ class Trainer:
                        f"{self.algorithm.name!r} needs a skill library, and stage 1 "
                        "produced none")
     if self.spec.rl.kl:
-      self.ref_params = jax.tree.map(lambda x: x.copy(), self.state.params)
+      self.ref_trainable = jax.tree.map(lambda x: x.copy(),
+                                        split_trainable(self.state.params)[0])
     self.host.update(stage="rl", iteration=0, task_cursor=0)
     self.save()
 
@@ -488,7 +512,7 @@ class Trainer:
           trajectory_gate_stats(trajs, batch, teacher, beta),
           trajectory_token_gaps(trajs, batch, teacher, beta, actions))]
     if spec.rl.kl:
-      batch["ref_logprobs"] = self.score_rows(self.ref_params, batch["student_tokens"],
+      batch["ref_logprobs"] = self.score_rows(self._reference_params(), batch["student_tokens"],
                                                batch["student_mask"], resp_len)
     steps: list[dict[str, Any]] = []
     size = spec.rl.mini_batch_size

@@ -14,6 +14,7 @@ import pytest
 from flax import nnx
 
 from seed_jax.models import export_hf, load_model, random_model
+from seed_jax.models.lora import split_trainable
 from seed_jax.train.init_from import CHECKPOINT, HF, Weights, find_weights
 from seed_jax.train.spec import ConfigError, build_run_spec
 from seed_jax.train import trainer as trainer_lib
@@ -143,3 +144,84 @@ def test_a_resumed_run_does_not_read_the_init_from_weights(
   resumed = Trainer(tiny_spec(tiny_model, "grpo", init_from=hf, **BARE), str(tmp_path))
   assert resumed.maybe_resume()
   resumed.close()
+
+
+# ------------------------------------------------------------------ LoRA: base and adapters
+
+LORA = {"model.lora.rank": 4, "model.lora.targets": ("q", "v")}
+
+
+def adapters_of(params) -> dict[tuple, np.ndarray]:
+  return {path: np.asarray(v.get_value()) for path, v in nnx.to_flat_state(params)
+          if path[-1] in ("lora_a", "lora_b")}
+
+
+def base_of(params) -> list[np.ndarray]:
+  return [np.asarray(x) for x in jax.tree.leaves(split_trainable(params)[1])]
+
+
+@pytest.mark.parametrize("kind", [CHECKPOINT, HF])
+def test_a_lora_run_takes_its_base_from_init_from_and_fresh_adapters(
+    tiny_model, other_weights, tmp_path, kind):
+  hf, run = other_weights
+  trainer = Trainer(tiny_spec(tiny_model, "grpo", init_from=run if kind == CHECKPOINT else hf,
+                              **BARE, **LORA), str(tmp_path))
+  expected = saved_params(run, 0) if kind == CHECKPOINT else folder_params(hf)
+  assert same_params(base_of(trainer.state.params), expected)
+  adapters = adapters_of(trainer.state.params)
+  assert len(adapters) == 4  # A and B on q and v
+  assert all(not v.any() for p, v in adapters.items() if p[-1] == "lora_b")  # a no-op
+  trainer.close()
+
+
+def _trained_lora_run(model: str, workdir: str, **overrides) -> Trainer:
+  """A LoRA run with a KL reference whose adapters look trained, checkpointed at 0."""
+  trainer = Trainer(tiny_spec(model, "grpo", **{"log.tensorboard": False}, **LORA,
+                              **overrides), workdir)
+  flat = dict(nnx.to_flat_state(trainer.state.params))
+  for i, path in enumerate(sorted(adapters_of(trainer.state.params))):
+    value = flat[path].get_value()
+    flat[path] = flat[path].replace(value + 0.1 * jax.random.normal(jax.random.key(i),
+                                                                     value.shape))
+  trainer.state = trainer.state.replace(params=nnx.from_flat_state(flat))
+  trainer.ref_trainable = jax.tree.map(jnp.copy, split_trainable(trainer.state.params)[0])
+  trainer.save()
+  trainer.checkpointer.wait()
+  return trainer
+
+
+def test_a_lora_checkpoint_holds_the_adapters_and_resumes_on_its_base(
+    tiny_model, other_weights, tmp_path):
+  hf, _ = other_weights
+  run = _trained_lora_run(tiny_model, str(tmp_path), init_from=hf)
+  want = trainer_params(run)
+  run.close()
+  assert len(saved_params(str(tmp_path), 0)) == 4  # the adapters, not the base
+  resumed = Trainer(tiny_spec(tiny_model, "grpo", init_from=hf, **{"log.tensorboard": False},
+                              **LORA), str(tmp_path))
+  assert resumed.maybe_resume()
+  assert same_params(trainer_params(resumed), want)  # the base re-read from init_from
+  assert same_params(jax.tree.leaves(resumed._reference_params()), want)
+  resumed.close()
+  elsewhere = Trainer(tiny_spec(tiny_model, "grpo", **{"log.tensorboard": False}, **LORA),
+                      str(tmp_path))
+  with pytest.raises(ValueError, match="trained on the base"):
+    elsewhere.maybe_resume()  # another base: the adapters would not fit it
+  elsewhere.close()
+
+
+def test_a_lora_checkpoint_starts_a_lora_run_and_is_refused_without_adapters(
+    tiny_model, tmp_path):
+  source = _trained_lora_run(tiny_model, str(tmp_path / "source"))
+  adapters = adapters_of(source.state.params)
+  source.close()
+  trainer = Trainer(tiny_spec(tiny_model, "grpo", init_from=str(tmp_path / "source"),
+                              **BARE, **LORA), str(tmp_path / "lora"))
+  got = adapters_of(trainer.state.params)
+  assert got.keys() == adapters.keys()
+  assert all(np.array_equal(got[p], adapters[p]) for p in adapters)
+  assert same_params(base_of(trainer.state.params), folder_params(tiny_model))
+  trainer.close()
+  with pytest.raises(ValueError, match="holds LoRA adapters.*config.model.lora"):
+    Trainer(tiny_spec(tiny_model, "grpo", init_from=str(tmp_path / "source"), **BARE),
+            str(tmp_path / "plain"))
