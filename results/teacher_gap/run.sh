@@ -37,13 +37,13 @@ gap() {  # NAME, INIT ("" = untrained), then overrides
 gap untrained.end.decision4 "" --placement=end --parts=decision --episodes=4
 warm_start bc_plain
 gap bc_plain.end.decision4 "$RUNS/bc_plain" --placement=end --parts=decision --episodes=4
-# Session 31: the acting gap of the two cheap policies first (a few minutes each), then the
-# skill-reading warm start's (its warm start is the long step).
-gap untrained.end.acting "" --placement=end --parts=acting
-gap bc_plain.end.acting "$RUNS/bc_plain" --placement=end --parts=acting
+# Session 31: the skill-reading warm start's acting gap (the 20-point target) first, then
+# plain BC's and the untrained model's acting gaps beside it.
 warm_start bc_skill_end --config.bc.skill_fraction=1.0 --config.skill_placement=end
-gap bc_skill_end.end.decision4 "$RUNS/bc_skill_end" --placement=end --parts=decision --episodes=4
 gap bc_skill_end.end.acting "$RUNS/bc_skill_end" --placement=end --parts=acting
+gap bc_plain.end.acting "$RUNS/bc_plain" --placement=end --parts=acting
+gap untrained.end.acting "" --placement=end --parts=acting
+gap bc_skill_end.end.decision4 "$RUNS/bc_skill_end" --placement=end --parts=decision --episodes=4
 gap untrained.task_line.decision4 "" --placement=task_line --parts=decision --episodes=4
 gap bc_plain.task_line.decision4 "$RUNS/bc_plain" --placement=task_line --parts=decision --episodes=4
 gap bc_skill_end.end "$RUNS/bc_skill_end" --placement=end

@@ -24,6 +24,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from seed_jax.models.config import ModelConfig
+from seed_jax.models.lora import LoraParam
 from seed_jax.models.transformer import Transformer
 from seed_jax.parallel import hosts
 from seed_jax.parallel.mesh import (LogicalMesh, as_logical_mesh, param_shardings,
@@ -33,7 +34,8 @@ from seed_jax.parallel.rules import Rules
 # Our module names -> HF module names, applied per path component.
 _RENAMES = {"attn": "self_attn", "input_norm": "input_layernorm",
             "post_attention_norm": "post_attention_layernorm", "final_norm": "norm",
-            "embed": "embed_tokens", "kernel": "weight", "scale": "weight"}
+            "embed": "embed_tokens", "kernel": "weight", "scale": "weight",
+            "lora_a": "lora_A.weight", "lora_b": "lora_B.weight"}  # PEFT's names
 
 
 def hf_tensor_name(path: tuple) -> str:
@@ -191,10 +193,11 @@ class ArraySource:
     return self._tensors[name][index]
 
 
-def params_to_hf_tensors(model: Transformer) -> dict[str, np.ndarray]:
-  """Host copies of every parameter under its HF tensor names (stacked layer parameters
-  split into one tensor per layer)."""
-  _, state = nnx.split(model, nnx.Param)
+def params_to_hf_tensors(model: Transformer, kind: type[nnx.Variable] = nnx.Param
+                         ) -> dict[str, np.ndarray]:
+  """Host copies of every parameter of `kind` (adapters: `LoraParam`) under its HF tensor
+  names (stacked layer parameters split into one tensor per layer)."""
+  state = nnx.state(model, kind)
   tensors = {}
   for path, var in nnx.to_flat_state(state):
     value = hosts.fetch(var.get_value())
@@ -213,26 +216,68 @@ def export_hf(model: Transformer, out_dir: str | os.PathLike, tokenizer=None,
   half-written export behind. With several hosts every host must call it (the parameters
   are gathered) and the primary host writes.
   """
-  from safetensors.flax import save_file  # pylint: disable=import-outside-toplevel
-  out_dir = os.fspath(out_dir)
+  if model.cfg.lora_rank:
+    raise ValueError("export_hf writes a plain model: merge the adapters first "
+                     "(seed_jax.models.lora.merged_model), or write them with export_peft")
   cfg = model.cfg if dtype is None else model.cfg.replace(param_dtype=dtype)
   tensors = {name: jnp.asarray(value, cfg.jnp_param_dtype)
              for name, value in params_to_hf_tensors(model).items()}
+
+  def write(folder: str) -> None:
+    _save_safetensors(tensors, os.path.join(folder, "model.safetensors"))
+    _write_json(os.path.join(folder, "config.json"), cfg.to_hf_dict())
+    _write_json(os.path.join(folder, "generation_config.json"),
+                {"bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
+                 "pad_token_id": cfg.pad_token_id})
+    if tokenizer is not None:
+      tokenizer.save(folder)
+
+  return _write_folder(os.fspath(out_dir), write)
+
+
+def export_peft(model: Transformer, out_dir: str | os.PathLike, base_model: str) -> str:
+  """Writes `model`'s adapters as a PEFT LoRA folder (`adapter_config.json`,
+  `adapter_model.safetensors`) that `peft.PeftModel.from_pretrained` loads onto the
+  transformers model of `base_model` (the folder or hub name recorded in the config).
+  Atomic and multi-host like `export_hf`."""
+  cfg = model.cfg
+  if not cfg.lora_rank:
+    raise ValueError("export_peft: the model has no adapters (model.lora.rank is 0)")
+  tensors = {"base_model.model." + name: jnp.asarray(value, jnp.float32)
+             for name, value in params_to_hf_tensors(model, LoraParam).items()}
+  config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
+            "r": cfg.lora_rank, "lora_alpha": cfg.lora_alpha, "lora_dropout": 0.0,
+            "target_modules": sorted(f"{t}_proj" for t in cfg.lora_targets), "bias": "none",
+            "fan_in_fan_out": False, "inference_mode": True, "use_rslora": False,
+            "init_lora_weights": True}
+
+  def write(folder: str) -> None:
+    _save_safetensors(tensors, os.path.join(folder, "adapter_model.safetensors"))
+    _write_json(os.path.join(folder, "adapter_config.json"), config)
+
+  return _write_folder(os.fspath(out_dir), write)
+
+
+def _save_safetensors(tensors, path: str) -> None:
+  from safetensors.flax import save_file  # pylint: disable=import-outside-toplevel
+  save_file(tensors, path, metadata={"format": "pt"})
+
+
+def _write_json(path: str, value) -> None:
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(value, f, indent=2)
+
+
+def _write_folder(out_dir: str, write: Callable[[str], None]) -> str:
+  """Runs `write(tmp)` into a temporary sibling of `out_dir`, then renames it into place
+  (replacing an older folder), on the primary host only."""
   if not hosts.is_primary():
     return out_dir
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
   tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
   try:
-    save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-      json.dump(cfg.to_hf_dict(), f, indent=2)
-    generation = {"bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
-                  "pad_token_id": cfg.pad_token_id}
-    with open(os.path.join(tmp, "generation_config.json"), "w") as f:
-      json.dump(generation, f, indent=2)
-    if tokenizer is not None:
-      tokenizer.save(tmp)
+    write(tmp)
     if os.path.exists(out_dir):
       shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)

@@ -28,8 +28,9 @@ from seed_jax import paths
 from seed_jax.checkpoint import Checkpointer
 from seed_jax.envs.pool import EnvPool
 from seed_jax.envs.registry import get_env_module
-from seed_jax.models import export_hf, load_model
-from seed_jax.models.lora import merge_trainable, split_trainable
+from seed_jax.models import export_hf, load_model, resolve_model_path
+from seed_jax.models.lora import merge_trainable, merged_model, split_trainable
+from seed_jax.models.weights import export_peft
 from seed_jax.parallel import check_sharded_enough, hosts, make_mesh
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import analyzer as analyzer_lib
@@ -573,9 +574,16 @@ class Trainer:
 
   def export(self, folder: paths.PathLike) -> str:
     """Writes the current parameters and the tokenizer as a Hugging Face folder (local,
-    or written locally and copied up to a gs:// folder)."""
+    or written locally and copied up to a gs:// folder). With LoRA the folder holds the
+    merged model, and `adapter/` in it the adapters as a PEFT folder for their base."""
+    model = nnx.merge(self.graphdef, self.state.params)
     with paths.local_folder(folder) as local:
-      export_hf(nnx.merge(self.graphdef, self.state.params), local, self.tokenizer)
+      if not self.model_cfg.lora_rank:
+        export_hf(model, local, self.tokenizer)
+      else:
+        export_hf(merged_model(model), local, self.tokenizer)
+        base = self.spec.init_from or resolve_model_path(self.spec.model.name)
+        export_peft(model, os.path.join(local, "adapter"), base_model=base)
     return os.fspath(paths.run_path(folder))
 
   def finish(self, final_eval: dict[str, float]) -> dict[str, Any]:

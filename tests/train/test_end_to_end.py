@@ -52,6 +52,25 @@ def test_every_algorithm_runs_end_to_end(tiny_model, tmp_path, algorithm):
   assert json.load(open(tmp_path / "summary.json"))["algorithm"] == algorithm
 
 
+def test_a_lora_seed_run_trains_the_adapters_on_a_frozen_base(tiny_model, tmp_path):
+  """Behaviour cloning, stage 1, the policy analyzer, the KL reference and RL all run on
+  one base with adapters; only the adapters change, and the export holds the merged model
+  and a PEFT folder."""
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from seed_jax.models import load_model  # pylint: disable=import-outside-toplevel
+  from seed_jax.models.lora import split_trainable  # pylint: disable=import-outside-toplevel
+  trainer = Trainer(tiny_spec(tiny_model, "seed", **{"model.lora.rank": 4}), str(tmp_path))
+  trainer.run()
+  adapters, base = split_trainable(trainer.state.params)
+  loaded = nnx.split(load_model(tiny_model)[0], nnx.Param)[1]
+  for got, want in zip(jax.tree.leaves(base), jax.tree.leaves(loaded), strict=True):
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  assert all(np.asarray(b).any() for p, b in nnx.to_flat_state(adapters) if p[-1] == "lora_b")
+  assert len(final_params(str(tmp_path))[1]) == len(jax.tree.leaves(adapters))
+  assert os.path.exists(tmp_path / "export" / "model.safetensors")
+  assert os.path.exists(tmp_path / "export" / "adapter" / "adapter_model.safetensors")
+
+
 def final_params(workdir):
   from seed_jax.checkpoint import Checkpointer
   ckpt = Checkpointer(os.path.join(workdir, "checkpoints"))
