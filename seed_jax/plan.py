@@ -54,12 +54,13 @@ from flax import nnx
 
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.flops import forward_flops, training_flops
+from seed_jax.models.lora import LoraParam
 from seed_jax.models.transformer import Transformer
 from seed_jax.parallel.mesh import LogicalMesh, MeshConfig, make_mesh, param_shardings
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import optim
 from seed_jax.seed.train_step import (TrainState, make_score_fn, make_train_step,
-                                      train_state_shardings)
+                                      new_train_state, train_state_shardings)
 from seed_jax.train import sft
 from seed_jax.train.spec import RunSpec
 
@@ -182,10 +183,7 @@ def _place(shapes, shardings):
 def abstract_train_state(params, mesh: LogicalMesh, optim_cfg: optim.OptimConfig
                          ) -> tuple[TrainState, TrainState]:
   """(abstract state, its shardings) for `params` and the optimizer of `optim_cfg`."""
-  optimizer = optim.make_optimizer(optim_cfg)
-  shapes = jax.eval_shape(lambda p: TrainState(
-      params=p, opt_state=optimizer.init(p), step=jnp.zeros((), jnp.int32),
-      skipped=jnp.zeros((), jnp.int32)), params)
+  shapes = jax.eval_shape(lambda p: new_train_state(p, optim_cfg), params)
   shardings = train_state_shardings(params, mesh, optim_cfg)
   return _place(shapes, shardings), shardings
 
@@ -555,8 +553,7 @@ def run_plan(spec: RunSpec, target: Target, only: Sequence[str] = (),
   """Plans `spec` for `target`; returns the plans and the printed report. `on_plans`
   receives the plans so far after each program (a long plan stopped midway keeps them)."""
   from seed_jax.models.shapes import model_config  # pylint: disable=import-outside-toplevel
-  cfg = model_config(spec.model.name, dtype=spec.model.dtype,
-                     param_dtype=spec.model.param_dtype, remat=spec.model.remat)
+  cfg = model_config(spec.model.name, **spec.model.load_kwargs)
   mesh = mesh_for(spec, target)
   started = time.perf_counter()
   done: list[ProgramPlan] = []
@@ -571,8 +568,10 @@ def run_plan(spec: RunSpec, target: Target, only: Sequence[str] = (),
     plans = plan_programs(spec, cfg, mesh, only,
                           on_program=lambda name: log(f"compiling {name} ..."),
                           on_plan=planned)
-  count = _param_count(cfg)
-  count = f"{count / 1e9:.2f}B" if count >= 1e9 else f"{count / 1e6:.1f}M"
+  base, adapters = _param_counts(cfg)
+  count = _count_text(base) + (f" + {_count_text(adapters)} LoRA (rank {cfg.lora_rank}, "
+                               f"{'/'.join(cfg.lora_targets)}; the base frozen)"
+                               if adapters else "")
   header = (f"plan: {spec.model.name} ({count} parameters, "
             f"{spec.model.param_dtype} weights, {spec.model.dtype} compute), mesh "
             f"{dict(mesh.shape)}, compiled in {time.perf_counter() - started:.0f} s")
@@ -593,9 +592,15 @@ def _no_persistent_cache_unless_local(target: Target):
     jax.config.update("jax_enable_compilation_cache", enabled)
 
 
-def _param_count(cfg: ModelConfig) -> int:
+def _param_counts(cfg: ModelConfig) -> tuple[int, int]:
+  """(base parameters, adapter parameters)."""
   model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
-  return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  count = lambda state: sum(math.prod(x.shape) for x in jax.tree.leaves(state))
+  return count(nnx.state(model, nnx.Not(LoraParam))), count(nnx.state(model, LoraParam))
+
+
+def _count_text(n: int) -> str:
+  return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
 def plan_json(plans: Sequence[ProgramPlan], target: Target, spec: RunSpec | None = None,

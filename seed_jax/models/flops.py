@@ -35,8 +35,15 @@ def forward_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int,
 
 def training_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int
                    ) -> tuple[float, float]:
-  """(model FLOPs, hardware FLOPs) of forward + backward (1 + 2 forwards). The hardware
-  count adds the layers' rematerialised forward when `cfg.remat` (`models.transformer`
-  scans its layers under `jax.checkpoint`); MFU is quoted from the model count."""
+  """(model FLOPs, hardware FLOPs) of forward + backward (1 + 2 forwards: the gradients of
+  the activations and of the weights). With LoRA (`cfg.lora_rank`) the frozen base's weight
+  gradients are not computed (the adapters' own FLOPs, rank / width of the base's, are left
+  out). The hardware count adds the layers' rematerialised forward when `cfg.remat`
+  (`models.transformer` scans its layers under `jax.checkpoint`); MFU is quoted from the
+  model count."""
   forward = forward_flops(cfg, rows, length, unembedded)
-  return 3 * forward, (4 if cfg.remat else 3) * forward
+  weight_grads = (rows * (2 * matmul_params(cfg) * length
+                          + 2 * cfg.hidden_size * cfg.vocab_size * unembedded)
+                  if cfg.lora_rank else 0)
+  model = 3 * forward - weight_grads
+  return model, model + (forward if cfg.remat else 0)

@@ -82,17 +82,18 @@ class TrainState:
   skipped: jax.Array
 
 
+def new_train_state(params, optim_cfg: optim.OptimConfig) -> TrainState:
+  """A fresh state (traceable: `init_train_state` jits it, `seed_jax.plan` shapes it): the
+  optimizer's moments for the trainable part of `params` only."""
+  optimizer = optim.make_optimizer(optim_cfg)
+  return TrainState(params=params, opt_state=optimizer.init(split_trainable(params)[0]),
+                    step=jnp.zeros((), jnp.int32), skipped=jnp.zeros((), jnp.int32))
+
+
 def init_train_state(params, optim_cfg: optim.OptimConfig,
                      shardings: TrainState | None = None) -> TrainState:
   """A fresh state; with `shardings` (train_state_shardings) it is created in place."""
-  optimizer = optim.make_optimizer(optim_cfg)
-
-  def make(p):
-    return TrainState(params=p, opt_state=optimizer.init(split_trainable(p)[0]),
-                      step=jnp.zeros((), jnp.int32),
-                      skipped=jnp.zeros((), jnp.int32))
-
-  return jax.jit(make, out_shardings=shardings)(params)
+  return jax.jit(lambda p: new_train_state(p, optim_cfg), out_shardings=shardings)(params)
 
 
 def train_state_shardings(params, mesh: LogicalMesh | Mesh, optim_cfg: optim.OptimConfig

@@ -61,6 +61,35 @@ def test_train_step_compiles_in_every_teacher_mode(tiny_model, mode):
 
 
 @pytest.mark.slow
+def test_a_lora_train_step_compiles_for_a_tpu_slice_holding_moments_for_the_adapters(
+    tiny_model):
+  lora = {"model.lora.rank": 4, "model.lora.targets": ("q", "v", "down")}
+  topology = plan_lib.topology_target("v5e:2x2")
+  plans = {}
+  for name, overrides in (("full", {}), ("lora", lora)):
+    spec = tiny_spec(tiny_model, "seed", **overrides, **V5E_4)
+    [plans[name]], report = plan_lib.run_plan(spec, topology, only=("train_step",),
+                                              log=lambda _: None)
+  assert "LoRA (rank 4, q/v/down; the base frozen)" in report
+  # The state: weights, plus AdamW's two moments of the adapters only (not of the base).
+  assert plans["lora"].argument_bytes < 0.5 * plans["full"].argument_bytes
+  assert plans["lora"].model_flops < plans["full"].model_flops  # no weight gradients
+
+
+def test_a_frozen_base_saves_its_weight_gradients_flops():
+  """A frozen base's backward computes the activations' gradients only: one forward of
+  the weight matmuls fewer (the embedding lookup has none to save)."""
+  cfg = ModelConfig.tiny(vocab_size=1000, remat=False)
+  d, i, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers
+  weights = L * (2 * d * cfg.num_heads * cfg.head_dim + 2 * d * cfg.num_kv_heads * cfg.head_dim
+                 + 3 * d * i) + d * 1000  # the layers' and the LM head's (tied: the embed)
+  rows, length, unembedded = 3, 10, 10
+  full, _ = flops.training_flops(cfg, rows, length, unembedded)
+  lora, _ = flops.training_flops(cfg.replace(lora_rank=2), rows, length, unembedded)
+  assert full - lora == pytest.approx(2 * weights * rows * length)
+
+
+@pytest.mark.slow
 def test_memory_grows_with_the_batch(tiny_model):
   target = plan_lib.topology_target("v5e:2x2")
   small, large = (plan_lib.run_plan(
