@@ -1,7 +1,8 @@
 """Training throughput at the Quickstart's shape, against this machine's matmul peak.
 
   python bench/train_step.py [--rows=8 --prompt_len=704 --response_len=64 --dtype=bfloat16
-                              --modes=precomputed,separate --repeats=2 --matmul_n=2048]
+                              --modes=precomputed,separate --repeats=2 --matmul_n=2048
+                              --remat=on,off --lora_ranks=0,64]
 
 The embedded model (SmolLM2-135M-Instruct, float32 parameters, `--dtype` compute) on
 `rows x (prompt_len + response_len)` tokens (the `:cpu` presets' micro-batch: 8 x 768):
@@ -13,7 +14,8 @@ Each reports tokens/s, the achieved useful GFLOP/s (the model count of
 `seed_jax.models.flops.training_flops`: forward 1x, backward 2x; the LM head only at
 response positions; rematerialisation not counted) and its fraction of the matmul peak
 measured in the same run: a bf16 x bf16 -> float32 matmul for bfloat16 compute, float32
-otherwise. Also the compiled temp memory of each, and of value-and-grad
+otherwise. Also the compiled temp memory of each (and the train state's: weights and
+AdamW moments), and of value-and-grad
 of the chunked log-prob + entropy against the naive `[B, R, V]` float32 logits.
 Prints one JSON line.
 """
@@ -51,6 +53,8 @@ _LP_ROWS = flags.DEFINE_integer("lp_rows", 8, "rows of the log-prob memory compa
 _LP_LEN = flags.DEFINE_integer("lp_len", 512, "response length of the memory comparison")
 _LP_CHUNKS = flags.DEFINE_list("lp_chunks", ["32", "128"], "chunk sizes of the comparison")
 _MATMUL_N = flags.DEFINE_integer("matmul_n", 2048, "side of the square matmul of the peak")
+_LORA = flags.DEFINE_list("lora_ranks", ["0"], "LoRA ranks on every projection (0: full "
+                          "fine-tuning); a rank r adds `_lora<r>` to the measurement names")
 _REMAT = flags.DEFINE_list("remat", ["on", "off"], "rematerialise the layers in the backward "
                            "pass (on) or keep their residuals (off); off adds `_no_remat` "
                            "to the measurement names")
@@ -116,10 +120,15 @@ def main(_):
   for remat in _REMAT.value:
     if remat not in ("on", "off"):
       raise app.UsageError(f"--remat={','.join(_REMAT.value)}: each must be on or off")
+  ranks = [int(r) for r in _LORA.value if r.isdigit()]
+  if len(ranks) != len(_LORA.value):
+    raise app.UsageError(f"--lora_ranks={','.join(_LORA.value)}: non-negative integers")
   peak = matmul_peak_flops(jnp.dtype(_DTYPE.value), _MATMUL_N.value)
   results = {}
   for remat in _REMAT.value:
-    cfg = _measure(remat == "on", "" if remat == "on" else "_no_remat", peak, results)
+    for rank in ranks:
+      suffix = ("" if remat == "on" else "_no_remat") + (f"_lora{rank}" if rank else "")
+      cfg = _measure(remat == "on", rank, suffix, peak, results)
   emit(dict(bench="train_step", model="smollm2-135m-instruct", dtype=_DTYPE.value,
             param_dtype="float32", rows=_ROWS.value, prompt_len=_PROMPT.value,
             response_len=_RESPONSE.value, matmul_peak_gflops=round(peak / 1e9, 1),
@@ -128,11 +137,12 @@ def main(_):
                                            [int(c) for c in _LP_CHUNKS.value])))
 
 
-def _measure(remat: bool, suffix: str, peak: float, results: dict):
+def _measure(remat: bool, lora_rank: int, suffix: str, peak: float, results: dict):
   """The value-and-grad and each mode's train step, with or without rematerialisation,
-  into `results` (names + `suffix`); returns the model config."""
+  full or LoRA (`lora_rank` on every projection, alpha 2 x rank), into `results` (names +
+  `suffix`); returns the model config."""
   model, _ = load_model("smollm2-135m-instruct", dtype=_DTYPE.value, param_dtype="float32",
-                        remat=remat)
+                        remat=remat, lora_rank=lora_rank, lora_alpha=2.0 * lora_rank)
   cfg = model.cfg
   graphdef, params = nnx.split(model, nnx.Param)
   rows, prompt_len, response_len = _ROWS.value, _PROMPT.value, _RESPONSE.value
@@ -146,7 +156,7 @@ def _measure(remat: bool, suffix: str, peak: float, results: dict):
     return -jnp.sum(lp)
 
   start = time.perf_counter()
-  grad = jax.jit(jax.value_and_grad(logprob_loss)).lower(
+  grad = jax.jit(ts.trainable_value_and_grad(logprob_loss)).lower(
       params, batch["student_tokens"], batch["student_mask"]).compile()
   compile_s = time.perf_counter() - start
   seconds, (loss, _) = _timed(grad, params, batch["student_tokens"], batch["student_mask"])
@@ -168,7 +178,8 @@ def _measure(remat: bool, suffix: str, peak: float, results: dict):
                           teacher_forward=mode != "precomputed")
     results[f"step_{mode}{suffix}"] = _record(
         seconds, compile_s, flops, peak, tokens, compiled,
-        loss_finite=bool(np.isfinite(float(metrics["loss"]))))
+        loss_finite=bool(np.isfinite(float(metrics["loss"]))),
+        state_mib=round(sum(x.nbytes for x in jax.tree.leaves(state)) / 2**20, 1))
     del state
   return cfg
 

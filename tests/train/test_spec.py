@@ -125,6 +125,10 @@ def test_unknown_preset_lists_the_known_ones():
      "config.analyzer.static_library: no such file"),
     ("eval.every", -1, "config.eval.every"),
     ("checkpoint.every", -1, "config.checkpoint.every"),
+    ("model.lora.rank", -4, "config.model.lora.rank: a non-negative integer"),
+    ("model.lora.alpha", 0.0, "config.model.lora.alpha: a positive number"),
+    ("model.lora.targets", ("q", "lm_head"), "config.model.lora.targets: a non-empty selection"),
+    ("model.lora.targets", (), "config.model.lora.targets"),
 ])
 def test_bad_values_name_the_key(key, value, match):
   config = _set(load("alfworld" if key.startswith("env.") else "sokoban", "cpu"), key, value)
@@ -136,6 +140,9 @@ def test_bad_values_name_the_key(key, value, match):
     ("seed", 7, "seed"),
     ("model.dtype", "bfloat16", "model.dtype"),
     ("model.remat", False, "model.remat"),
+    ("model.lora.rank", 16, "model.lora_rank"),
+    ("model.lora.alpha", 32.0, "model.lora_alpha"),
+    ("model.lora.targets", ("q", "v"), "model.lora_targets"),
     ("rl.skip_zero_advantage_groups", True, "batch.skip_zero_advantage_groups"),
     ("log.wandb", True, "output.wandb"),
     ("log.wandb_group", "cmp", "output.wandb_settings.group"),
