@@ -71,10 +71,13 @@ def main(argv: Sequence[str]) -> None:
   if mesh_error:
     raise app.UsageError(mesh_error)
   if _DRY_RUN.value:
-    from seed_jax import plan  # pylint: disable=import-outside-toplevel
-    plans, report = plan.run_plan(spec, plan.topology_target("local"))
+    # pylint: disable=import-outside-toplevel
+    from seed_jax.plan import run_plan
+    from seed_jax.planning.report import oversized
+    from seed_jax.planning.targets import topology_target
+    plans, report = run_plan(spec, topology_target("local"))
     print(report)
-    sys.exit(1 if plan.oversized(plans, plan.topology_target("local")) else 0)
+    sys.exit(1 if oversized(plans, topology_target("local")) else 0)
   workdir = _WORKDIR.value or config.workdir or default_workdir(config)
   logging.info("workdir %s", workdir)
   from seed_jax.parallel import hosts  # pylint: disable=import-outside-toplevel

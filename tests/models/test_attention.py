@@ -87,10 +87,10 @@ def test_the_tpu_backward_holds_one_block_of_probabilities_at_a_time():
   """Compiled for a v5e chip (libtpu, no TPU needed): Qwen2.5-1.5B's heads over one
   4,096-token row. Without an order between the blocks the TPU scheduler computed their
   probabilities side by side: 0.82 GiB of temporaries here, 12.7 GiB at 16k tokens."""
-  from seed_jax import plan  # pylint: disable=import-outside-toplevel
   from seed_jax.models.attention import query_block  # pylint: disable=import-outside-toplevel
+  from seed_jax.planning import targets  # pylint: disable=import-outside-toplevel
   t, h, kv, d = 4096, 12, 2, 128
-  device = jax.sharding.SingleDeviceSharding(plan.topology_target("v5e:2x2").devices[0])
+  device = jax.sharding.SingleDeviceSharding(targets.topology_target("v5e:2x2").devices[0])
   shapes = [((1, t, h, d), jnp.bfloat16), ((1, kv, t, d), jnp.bfloat16),
             ((1, kv, t, d), jnp.bfloat16), ((1, t), jnp.bool_)]
   args = [jax.ShapeDtypeStruct(s, dt, sharding=device) for s, dt in shapes]

@@ -215,10 +215,10 @@ def _v5e_sampler(cfg, max_cache_len: int) -> Sampler:
   """A sampler over v5e:2x2's four described chips (fsdp 4) with abstract weights: its
   programs compile for the TPU (libtpu) and are never run."""
   # pylint: disable=import-outside-toplevel
-  from seed_jax import plan
   from seed_jax.parallel.mesh import MeshConfig, make_mesh
-  mesh = make_mesh(MeshConfig(fsdp=4), devices=plan.topology_target("v5e:2x2").devices)
-  graphdef, params = plan.abstract_params(cfg, mesh)
+  from seed_jax.planning import programs, targets
+  mesh = make_mesh(MeshConfig(fsdp=4), devices=targets.topology_target("v5e:2x2").devices)
+  graphdef, params = programs.abstract_params(cfg, mesh)
   return Sampler(graphdef, params, cfg, mesh=mesh, max_cache_len=max_cache_len)
 
 

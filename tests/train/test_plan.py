@@ -13,6 +13,8 @@ import pytest
 from seed_jax import plan as plan_lib
 from seed_jax.models import flops
 from seed_jax.models.config import ModelConfig
+from seed_jax.parallel.mesh import MeshConfig, make_mesh
+from seed_jax.planning import programs, targets
 from tests.train.conftest import tiny_spec
 
 EVERY_PROGRAM = {"train_step", "score_teacher", "score_reference", "sft_step", "bc_step",
@@ -31,7 +33,7 @@ def _names(plans):
 def test_every_program_compiles_for_a_tpu_slice(tiny_model, topology, mesh):
   spec = tiny_spec(tiny_model, "seed", **{"mesh.data": mesh[0], "mesh.fsdp": mesh[1],
                                          "mesh.tensor": mesh[2]})
-  target = plan_lib.topology_target(topology)
+  target = targets.topology_target(topology)
   assert target.devices[0].platform == "tpu"
   so_far = []  # what a stopped plan keeps: the programs done, one more at a time
   plans, report = plan_lib.run_plan(spec, target, log=lambda _: None,
@@ -49,13 +51,13 @@ def test_every_program_compiles_for_a_tpu_slice(tiny_model, topology, mesh):
 @pytest.mark.parametrize("mode", ["joint", "separate"])
 def test_train_step_compiles_in_every_teacher_mode(tiny_model, mode):
   spec = tiny_spec(tiny_model, "seed", **{"rl.teacher_mode": mode}, **V5E_4)
-  plans, _ = plan_lib.run_plan(spec, plan_lib.topology_target("v5e:2x2"),
+  plans, _ = plan_lib.run_plan(spec, targets.topology_target("v5e:2x2"),
                                only=("train_step",), log=lambda _: None)
   [step] = plans
   assert step.name == f"train_step ({mode})"
   # The teacher rows go through the model inside the step: one more forward's FLOPs.
   precomputed = plan_lib.run_plan(tiny_spec(tiny_model, "seed", **V5E_4),
-                                  plan_lib.topology_target("v5e:2x2"), only=("train_step",),
+                                  targets.topology_target("v5e:2x2"), only=("train_step",),
                                   log=lambda _: None)[0][0]
   assert step.model_flops > precomputed.model_flops
 
@@ -64,7 +66,7 @@ def test_train_step_compiles_in_every_teacher_mode(tiny_model, mode):
 def test_a_lora_train_step_compiles_for_a_tpu_slice_holding_moments_for_the_adapters(
     tiny_model):
   lora = {"model.lora.rank": 4, "model.lora.targets": ("q", "v", "down")}
-  topology = plan_lib.topology_target("v5e:2x2")
+  topology = targets.topology_target("v5e:2x2")
   plans = {}
   for name, overrides in (("full", {}), ("lora", lora)):
     spec = tiny_spec(tiny_model, "seed", **overrides, **V5E_4)
@@ -91,7 +93,7 @@ def test_a_frozen_base_saves_its_weight_gradients_flops():
 
 @pytest.mark.slow
 def test_memory_grows_with_the_batch(tiny_model):
-  target = plan_lib.topology_target("v5e:2x2")
+  target = targets.topology_target("v5e:2x2")
   small, large = (plan_lib.run_plan(
       tiny_spec(tiny_model, "grpo", **{"rl.mini_batch_size": rows, "rl.micro_batch_size": rows},
                 **V5E_4),
@@ -127,16 +129,16 @@ def test_a_batch_that_cannot_fit_names_the_program_and_exits_1(tiny_model, tmp_p
     ("v5p:9x9x9", "not divisible"),
 ])
 def test_unknown_topologies_are_named(name, problem):
-  with pytest.raises(plan_lib.PlanError, match=rf"--topology='{name}'.*{problem}"):
-    plan_lib.topology_target(name)
+  with pytest.raises(targets.PlanError, match=rf"--topology='{name}'.*{problem}"):
+    targets.topology_target(name)
 
 
 def test_accelerator_types_count_chips_not_cores():
-  v5p_8 = plan_lib.topology_target("v5p-8")  # 8 TensorCores = 4 megacore chips
+  v5p_8 = targets.topology_target("v5p-8")  # 8 TensorCores = 4 megacore chips
   assert len(v5p_8.devices) == 4 and v5p_8.hbm_per_device == 95 * 2**30
-  v4_8 = plan_lib.topology_target("v4-8")  # libtpu lists v4's cores: 2 devices a chip
+  v4_8 = targets.topology_target("v4-8")  # libtpu lists v4's cores: 2 devices a chip
   assert v4_8.hbm_per_device * len(v4_8.devices) == 4 * 32 * 2**30
-  assert len(plan_lib.topology_target("v5e-16").devices) == 16
+  assert len(targets.topology_target("v5e-16").devices) == 16
 
 
 def test_model_flops_follow_six_n_d():
@@ -158,7 +160,7 @@ def test_every_pod_preset_builds_a_run_spec_whose_mesh_fits_its_slice():
   for model, slice_ in pods.LAYOUTS:
     spec = build_run_spec(alfworld.get_config(f"{model}@{slice_}"))
     assert spec.model.name == model and spec.model.dtype == "bfloat16"
-    mesh = plan_lib.mesh_for(spec, plan_lib.topology_target(slice_))
+    mesh = plan_lib.mesh_for(spec, targets.topology_target(slice_))
     assert spec.rl.micro_batch_size % mesh.batch_shards == 0, (model, slice_)
 
 
@@ -175,9 +177,9 @@ def test_an_unknown_pod_preset_lists_the_known_ones():
 def test_a_micro_batch_smaller_than_the_batch_shards_names_its_key(tiny_model):
   spec = tiny_spec(tiny_model, "grpo", **{"rl.micro_batch_size": 8, "rl.mini_batch_size": 16,
                                          "mesh.data": 1, "mesh.fsdp": -1, "mesh.tensor": 1})
-  with pytest.raises(plan_lib.PlanError, match=r"config.rl.micro_batch_size: 8 rows do not "
+  with pytest.raises(targets.PlanError, match=r"config.rl.micro_batch_size: 8 rows do not "
                                                r"split over the 16 batch shards"):
-    plan_lib.mesh_for(spec, plan_lib.topology_target("v5e-16"))
+    plan_lib.mesh_for(spec, targets.topology_target("v5e-16"))
 
 
 @pytest.mark.slow
@@ -206,11 +208,11 @@ def test_pod_presets_leave_out_the_slices_the_state_alone_would_half_fill():
   for model in pods.MODELS:
     cfg = model_config(model, dtype="bfloat16", param_dtype="float32")
     for slice_ in pods.SLICES:
-      target = plan_lib.topology_target(slice_)
-      mesh = plan_lib.make_mesh(plan_lib.MeshConfig(fsdp=-1), devices=list(target.devices))
-      _, params = plan_lib.abstract_params(cfg, mesh)
-      state, _ = plan_lib.abstract_train_state(params, mesh, optim_spec)
-      resident = plan_lib.device_bytes(state) + plan_lib.device_bytes(params)
+      target = targets.topology_target(slice_)
+      mesh = make_mesh(MeshConfig(fsdp=-1), devices=list(target.devices))
+      _, params = programs.abstract_params(cfg, mesh)
+      state, _ = programs.abstract_train_state(params, mesh, optim_spec)
+      resident = programs.device_bytes(state) + programs.device_bytes(params)
       assert ((model, slice_) in pods.STATE_TOO_BIG) == (
           resident > target.hbm_per_device / 2), (model, slice_, resident / 2**30)
 
@@ -224,7 +226,7 @@ def test_pod_presets_leave_out_the_slices_the_state_alone_would_half_fill():
 ])
 def test_the_compilers_out_of_memory_figures_are_read_as_what_they_count(message, temp, used):
   """'temporaries (X)' counts temporaries alone; 'Used X of Y' the whole program."""
-  oom = plan_lib._out_of_memory(RuntimeError(message))  # pylint: disable=protected-access
+  oom = programs._out_of_memory(RuntimeError(message))  # pylint: disable=protected-access
   assert oom.temp_bytes == int(temp) and oom.used_bytes == int(used)
   assert oom.message.startswith(("Ran out", "E1000"))
-  assert plan_lib._out_of_memory(RuntimeError("INVALID_ARGUMENT: bad")) is None
+  assert programs._out_of_memory(RuntimeError("INVALID_ARGUMENT: bad")) is None

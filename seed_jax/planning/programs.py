@@ -1,0 +1,343 @@
+"""Every program a run compiles, lowered and compiled for a target's devices with abstract
+parameters and batches (nothing allocated): per program, the compiler's bytes per device,
+the run's other resident state, and the model FLOPs from the model's shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from seed_jax.models.config import ModelConfig
+from seed_jax.models.flops import forward_flops, training_flops
+from seed_jax.models.transformer import Transformer
+from seed_jax.parallel.mesh import LogicalMesh, param_shardings
+from seed_jax.planning.targets import Target
+from seed_jax.sampling import Sampler, SamplingParams
+from seed_jax.seed import optim
+from seed_jax.seed.train_step import (TrainState, make_score_fn, make_train_step,
+                                      new_train_state, train_state_shardings)
+from seed_jax.train import sft
+from seed_jax.train.spec import RunSpec
+
+
+# ------------------------------------------------------------------ abstract inputs
+
+
+def abstract_params(cfg: ModelConfig, mesh: LogicalMesh) -> tuple[nnx.GraphDef, nnx.State]:
+  """The model's graphdef and its parameters as `ShapeDtypeStruct`s placed on `mesh` by
+  their logical axes: nothing is allocated."""
+  model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+  graphdef, params = nnx.split(model, nnx.Param)
+  return graphdef, _place(params, param_shardings(params, mesh))
+
+
+def _place(shapes, shardings):
+  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                      shapes, shardings)
+
+
+def abstract_train_state(params, mesh: LogicalMesh, optim_cfg: optim.OptimConfig
+                         ) -> tuple[TrainState, TrainState]:
+  """(abstract state, its shardings) for `params` and the optimizer of `optim_cfg`."""
+  shapes = jax.eval_shape(lambda p: new_train_state(p, optim_cfg), params)
+  shardings = train_state_shardings(params, mesh, optim_cfg)
+  return _place(shapes, shardings), shardings
+
+
+def _rows(mesh: LogicalMesh, arrays: dict[str, tuple[tuple[int, ...], Any]]
+          ) -> dict[str, jax.ShapeDtypeStruct]:
+  """Abstract `[B, ...]` arrays with rows by the mesh's "batch" rule."""
+  return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=mesh.batch_sharding(len(shape)))
+          for k, (shape, dtype) in arrays.items()}
+
+
+def _round_up(value: int, multiple: int) -> int:
+  return -(-value // multiple) * multiple
+
+
+def rl_batch_shapes(spec: RunSpec, mesh: LogicalMesh) -> dict[str, jax.ShapeDtypeStruct]:
+  """The largest mini-batch the RL step sees: `rl.mini_batch_size` rows, prompts at their
+  longest buckets (`seed.batch.build_batch`), `batch.response_len` response tokens."""
+  b = spec.batch
+  rows, resp = _round_up(spec.rl.mini_batch_size, mesh.batch_shards), b.response_len
+  student = min(_round_up(spec.rollout.max_prompt_tokens, b.prompt_bucket), b.max_prompt_len)
+  teacher = b.max_prompt_len
+  if b.shared_prompt_len:
+    student = teacher = max(student, teacher)
+  f32 = jnp.float32
+  arrays = {"student_tokens": ((rows, student + resp), jnp.int32),
+            "student_mask": ((rows, student + resp), jnp.bool_),
+            "response_mask": ((rows, resp), f32), "old_logprobs": ((rows, resp), f32),
+            "advantages": ((rows,), f32), "opd_mask": ((rows,), f32)}
+  if spec.rl.opd:
+    if spec.train_step.teacher_mode == "precomputed":
+      arrays["teacher_logprobs"] = ((rows, resp), f32)
+    else:
+      arrays["teacher_tokens"] = ((rows, teacher + resp), jnp.int32)
+      arrays["teacher_mask"] = ((rows, teacher + resp), jnp.bool_)
+  if spec.rl.kl:
+    arrays["ref_logprobs"] = ((rows, resp), f32)
+  return _rows(mesh, arrays)
+
+
+def sft_batch_shapes(fine_tune: sft.FineTuneSpec, target_tokens: int, mesh: LogicalMesh
+                     ) -> dict[str, jax.ShapeDtypeStruct]:
+  """The SFT step's batch at its longest: targets of `target_tokens` (rounded up as
+  `sft.padded_lengths` does, at most half the row), the prompt filling `max_tokens`."""
+  rows = _round_up(fine_tune.batch_size, mesh.batch_shards)
+  resp = min(_round_up(target_tokens, 64), fine_tune.max_tokens // 2)
+  length = fine_tune.max_tokens
+  return _rows(mesh, {"tokens": ((rows, length), jnp.int32),
+                      "mask": ((rows, length), jnp.bool_),
+                      "target_mask": ((rows, resp), jnp.float32)})
+
+
+# ------------------------------------------------------------------ programs
+
+
+@dataclasses.dataclass
+class ProgramPlan:
+  """One compiled program's figures, per device."""
+  name: str
+  shapes: str
+  argument_bytes: int
+  output_bytes: int
+  alias_bytes: int
+  temp_bytes: int
+  code_bytes: int
+  held_bytes: int  # resident run state that is not among the program's arguments
+  model_flops: float  # whole program, all devices
+  hardware_flops: float
+  xla_flops: float | None  # per device, as XLA counts (scanned layers once)
+  tokens: int
+  compile_s: float
+  steps: int = 1  # decode: the loop's steps (the estimate is per program call)
+  read_bytes_per_step: int = 0  # decode: weights and cache read every step
+  compiler_error: str = ""  # the TPU compiler refused it: out of memory
+  compiler_used_bytes: int = 0  # what it said the program would use, when it said so
+
+  @property
+  def total_bytes(self) -> int:
+    if self.compiler_used_bytes:
+      return self.compiler_used_bytes + self.held_bytes
+    return (self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+            + self.code_bytes + self.held_bytes)
+
+  def seconds(self, target: Target) -> float | None:
+    """Estimated time at the device's peak (and, for decoding, its HBM bandwidth)."""
+    if not target.peak_per_device:
+      return None
+    per_device = self.hardware_flops / len(target.devices) / target.peak_per_device
+    if self.read_bytes_per_step and target.bandwidth_per_device:
+      per_device = max(per_device,
+                       self.steps * self.read_bytes_per_step / target.bandwidth_per_device)
+    return per_device
+
+
+@dataclasses.dataclass(frozen=True)
+class OutOfMemory:
+  """The TPU compiler's refusal of a program that cannot fit (RESOURCE_EXHAUSTED). Its
+  message gives either the temporaries it needed ("required for HLO temporaries (X)") or
+  the program's whole use ("Used X of Y hbm")."""
+  message: str
+  temp_bytes: int = 0
+  used_bytes: int = 0
+
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _out_of_memory(error: Exception) -> OutOfMemory | None:
+  text = str(error)
+  if "RESOURCE_EXHAUSTED" not in text:
+    return None
+  line = next((l for l in text.splitlines() if "RESOURCE_EXHAUSTED" in l), text)
+  message = line.split("RESOURCE_EXHAUSTED:", 1)[-1].strip()
+  size = lambda match: int(float(match.group(1)) * _UNITS[match.group(2)])
+  if found := re.search(r"temporaries \(([\d.]+)([KMGT])", line):
+    return OutOfMemory(message, temp_bytes=size(found))
+  if found := re.search(r"Used ([\d.]+)([KMGT])", line):
+    return OutOfMemory(message, used_bytes=size(found))
+  return OutOfMemory(message)
+
+
+def _compile(lowered) -> tuple[Any, float]:
+  """(the compiled program, or the compiler's OutOfMemory, and the seconds it took)."""
+  started = time.perf_counter()
+  try:
+    compiled = lowered.compile()
+  except Exception as e:  # pylint: disable=broad-except
+    compiled = _out_of_memory(e)
+    if compiled is None:
+      raise
+  return compiled, time.perf_counter() - started
+
+
+def _program_plan(name: str, shapes: str, compiled, compile_s: float, *, inputs: Any,
+                  held: int, model_flops: float, hardware_flops: float, tokens: int, **extra
+                  ) -> ProgramPlan:
+  """The figures of a compiled program; for one the compiler refused, its inputs' bytes and
+  the temporaries the compiler asked for."""
+  if isinstance(compiled, OutOfMemory):
+    return ProgramPlan(
+        name=name, shapes=shapes, argument_bytes=device_bytes(inputs), output_bytes=0,
+        alias_bytes=0, temp_bytes=compiled.temp_bytes, code_bytes=0, held_bytes=held,
+        model_flops=model_flops, hardware_flops=hardware_flops, xla_flops=None,
+        tokens=tokens, compile_s=compile_s, compiler_error=compiled.message,
+        compiler_used_bytes=compiled.used_bytes, **extra)
+  memory = compiled.memory_analysis()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return ProgramPlan(
+      name=name, shapes=shapes, argument_bytes=memory.argument_size_in_bytes,
+      output_bytes=memory.output_size_in_bytes, alias_bytes=memory.alias_size_in_bytes,
+      temp_bytes=memory.temp_size_in_bytes,
+      code_bytes=memory.generated_code_size_in_bytes, held_bytes=held,
+      model_flops=model_flops, hardware_flops=hardware_flops,
+      xla_flops=(cost or {}).get("flops"), tokens=tokens, compile_s=compile_s, **extra)
+
+
+def device_bytes(tree) -> int:
+  """Bytes of one device's shards of an abstract, sharded tree (the largest shard)."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    shard = leaf.sharding.shard_shape(leaf.shape)
+    total += math.prod(shard) * jnp.dtype(leaf.dtype).itemsize
+  return total
+
+
+def _batch_shape_text(batch: dict[str, jax.ShapeDtypeStruct], key: str) -> str:
+  rows, length = batch[key].shape
+  return f"{rows} x {length}"
+
+
+def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
+                  only: Sequence[str] = (), on_program: Callable[[str], None] = lambda _: None,
+                  on_plan: Callable[[ProgramPlan], None] = lambda _: None
+                  ) -> list[ProgramPlan]:
+  """Lowers and compiles every program the run uses (or those named in `only`) for the
+  devices of `mesh`, with abstract parameters."""
+  graphdef, params = abstract_params(cfg, mesh)
+  state, state_shardings = abstract_train_state(params, mesh, spec.optim)
+  param_bytes, state_bytes = device_bytes(params), device_bytes(state)
+  ref_bytes = param_bytes if spec.rl.kl else 0
+  wanted = lambda name: not only or name in only
+  plans: list[ProgramPlan] = []
+
+  def record(plan: ProgramPlan) -> None:
+    plans.append(plan)
+    on_plan(plan)
+
+  def add(name: str, build: Callable[[], ProgramPlan]) -> None:
+    if wanted(name):
+      on_program(name)
+      record(build())
+
+  batch = rl_batch_shapes(spec, mesh)
+  rows, student_len = batch["student_tokens"].shape
+  resp = spec.batch.response_len
+
+  def train_step():
+    step = make_train_step(graphdef, spec.optim, spec.train_step, mesh, state_shardings)
+    model, hardware = training_flops(cfg, rows, student_len, resp)
+    if "teacher_tokens" in batch:  # joint / separate: a no-grad teacher forward
+      teacher = forward_flops(cfg, rows, batch["teacher_tokens"].shape[1], resp)
+      model, hardware = model + teacher, hardware + teacher
+    return _program_plan(
+        f"train_step ({spec.train_step.teacher_mode})",
+        _batch_shape_text(batch, "student_tokens"), *_compile(step.lower(state, batch)),
+        inputs=(state, batch), held=ref_bytes, model_flops=model, hardware_flops=hardware,
+        tokens=rows * student_len)
+
+  add("train_step", train_step)
+
+  score = make_score_fn(graphdef, spec.train_step.logprob_chunk, mesh)
+  score_rows = spec.rl.micro_batch_size  # Trainer.score_rows: a micro-batch at a time
+  for name, key, used in (("score_teacher", "teacher", spec.rl.opd and
+                           spec.train_step.teacher_mode == "precomputed"),
+                          ("score_reference", "student", spec.rl.kl)):
+    if not used:
+      continue
+    length = (spec.batch.max_prompt_len + resp if key == "teacher" else student_len)
+    tokens = _rows(mesh, {"tokens": ((score_rows, length), jnp.int32),
+                          "mask": ((score_rows, length), jnp.bool_)})
+
+    def scoring(name=name, tokens=tokens, length=length):
+      flops = forward_flops(cfg, score_rows, length, resp)
+      return _program_plan(
+          name, f"{score_rows} x {length}",
+          *_compile(score.lower(params, tokens["tokens"], tokens["mask"], resp)),
+          inputs=(params, tokens), held=state_bytes - param_bytes + ref_bytes,
+          model_flops=flops, hardware_flops=flops, tokens=score_rows * length)
+
+    add(name, scoring)
+
+  fine_tunes = []
+  if spec.algorithm.stage1_sft:
+    fine_tunes.append(("sft_step", spec.stage1.fine_tune, spec.analyzer.max_tokens))
+  if spec.bc is not None and spec.bc.episodes:
+    fine_tunes.append(("bc_step", spec.bc.fine_tune, spec.rollout.max_new_tokens))
+  for name, fine_tune, target_tokens in fine_tunes:
+
+    def sft_step(fine_tune=fine_tune, target_tokens=target_tokens, name=name):
+      optim_cfg = sft.fine_tune_optim(fine_tune, num_steps=2)
+      sft_state, shardings = abstract_train_state(params, mesh, optim_cfg)
+      step = sft.make_nll_step(graphdef, optim_cfg, mesh, shardings, fine_tune.chunk)
+      sft_batch = sft_batch_shapes(fine_tune, target_tokens, mesh)
+      sft_rows, length = sft_batch["tokens"].shape
+      model, hardware = training_flops(cfg, sft_rows, length,
+                                        sft_batch["target_mask"].shape[1])
+      # The RL weights wait in memory (the sampler's) while the fine-tuning phase trains
+      # its own copy with its own optimizer; the RL moments are freed (Trainer._fine_tune).
+      return _program_plan(name, _batch_shape_text(sft_batch, "tokens"),
+                           *_compile(step.lower(sft_state, sft_batch)),
+                           inputs=(sft_state, sft_batch), held=param_bytes,
+                           model_flops=model, hardware_flops=hardware,
+                           tokens=sft_rows * length)
+
+    add(name, sft_step)
+
+  sampler = Sampler(graphdef, params, cfg, mesh=mesh, max_cache_len=spec.max_cache_len)
+  requests = [("acting", spec.rl.tasks_per_batch * spec.rl.group_size,
+               spec.rollout.max_prompt_tokens, spec.rollout.max_new_tokens)]
+  if spec.rl.opd and spec.analyzer.backend == "policy":
+    transcripts = spec.rl.tasks_per_batch * spec.rl.group_size
+    requests.append(("analysis", min(spec.analyzer.decode_batch or transcripts, transcripts),
+                     spec.analyzer_max_prompt_tokens, spec.analyzer.max_tokens))
+  for request, prompts, prompt_len, new_tokens in requests:
+    if not (wanted(f"prefill_{request}") or wanted(f"decode_{request}")):
+      continue
+    on_program(f"prefill_{request} and decode_{request}")
+    request_programs = sampler.lower(prompts, prompt_len,
+                                     SamplingParams(max_new_tokens=new_tokens))
+    shapes = request_programs.shapes
+    p_rows, p_len = shapes["batch"], shapes["prompt_len"]
+    d_rows, steps, cache_len = (shapes["decode_rows"], shapes["max_new_bucket"],
+                                shapes["cache_len"])
+    prefill_flops = forward_flops(cfg, p_rows, p_len, 0) + forward_flops(cfg, d_rows, 0, 1)
+    decode_flops = steps * forward_flops(cfg, d_rows, 1, 1, context=cache_len)
+    held = state_bytes - param_bytes + ref_bytes
+    prefill, prefill_s = _compile(request_programs.prefill)
+    # A prefill that does not fit is reported even when only its decode was asked for:
+    # the decode program takes the prefill's output and cannot be planned without it.
+    if wanted(f"prefill_{request}") or isinstance(prefill, OutOfMemory):
+      record(_program_plan(
+          f"prefill_{request}", f"{p_rows} x {p_len}", prefill, prefill_s, inputs=params,
+          held=held, model_flops=prefill_flops, hardware_flops=prefill_flops,
+          tokens=p_rows * p_len))
+    if wanted(f"decode_{request}") and not isinstance(prefill, OutOfMemory):
+      decode, decode_s = _compile(request_programs.lower_decode(prefill))
+      record(_program_plan(
+          f"decode_{request}", f"{d_rows} x {steps} (cache {cache_len})", decode, decode_s,
+          inputs=params, held=held, model_flops=decode_flops, hardware_flops=decode_flops,
+          tokens=d_rows * steps, steps=steps,
+          read_bytes_per_step=(0 if isinstance(decode, OutOfMemory)
+                               else decode.memory_analysis().argument_size_in_bytes)))
+  return plans
