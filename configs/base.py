@@ -73,6 +73,9 @@ def get_base_config() -> ml_collections.ConfigDict:
       retry_temperature=0.7,    # ... at this temperature (greedy would repeat it)
       decode_batch=0,           # prompts per policy-analyzer decode (0: all; bounds the KV cache)
       min_skill_words=5,
+      # The policy analyzer's answer starts with this text (stage 1 teaches after it):
+      # '{"episode_summary": "' holds a small model to the JSON format. "" (the paper).
+      answer_prefix="",
       openai=ml_collections.ConfigDict(dict(
           base_url="", model="", api_key_env="OPENAI_API_KEY", timeout_s=60.0,
           max_http_retries=3)),
@@ -172,7 +175,12 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   # RL-time skills come from the policy itself (the paper's self-evolving analyzer); the
   # oracle labels only stage 1, standing in for the external analyzer offline.
   c.analyzer.max_prompt_tokens = 768
-  c.analyzer.max_new_tokens = 96
+  # Room for the answers stage 1 teaches (the oracle's summary and skill: over 110 tokens
+  # on the :cpu games even without a plan, so 96 cut every one before its JSON closed;
+  # stage 1 warns when one is longer), and the answer's start given, so that the 135M
+  # analyzer stays in the JSON format (issue 24's item 4).
+  c.analyzer.max_new_tokens = 256
+  c.analyzer.answer_prefix = '{"episode_summary": "'
   c.rl.iterations = 2
   c.rl.learning_rate = 1e-5
   c.rl.kl_coef = 0.0

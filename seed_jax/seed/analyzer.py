@@ -62,6 +62,10 @@ class AnalyzerConfig:
     decode_batch: prompts per decoding request of the policy analyzer (0: all of an
       iteration's at once). Bounds the analysis KV cache: 128 transcripts of 16k tokens of
       a 7B model need 121 GiB of cache at once (`seed_jax.plan` shows it).
+    answer_prefix: text the policy analyzer's answer is made to start with (its tokens
+      follow the prompt; the decoded text is appended to it), and stage 1 teaches after
+      it: e.g. `{"episode_summary": "` holds a small model to the JSON format. "" (the
+      paper's): the model writes the whole answer.
   """
   backend: str = "policy"
   max_retries: int = 2
@@ -77,6 +81,7 @@ class AnalyzerConfig:
   retry_backoff_s: float = 1.0
   concurrency: int = 8
   decode_batch: int = 0
+  answer_prefix: str = ""
 
   def __post_init__(self):
     require(self, "backend", one_of(BACKENDS), f"one of {BACKENDS}")
@@ -168,17 +173,20 @@ def parse_answer(text: str, min_skill_words: int = skills.MIN_SKILL_WORDS) -> An
 Backend = Callable[[list[AnalyzerPrompt], list[Trajectory], Decoding], list[str]]
 
 
-def policy_backend(generate_fn: GenerateFn) -> Backend:
-  """The current policy through the sampler, decoding the prompts' chat-template ids."""
+def policy_backend(generate_fn: GenerateFn, prefix: str = "",
+                   prefix_ids: Sequence[int] = ()) -> Backend:
+  """The current policy through the sampler, decoding the prompts' chat-template ids;
+  with an answer prefix, from after its ids, and the answer is `prefix` + the decoded
+  text."""
   def complete(prompts, trajs, decoding):
     del trajs
     if any(p.ids is None for p in prompts):
       raise ValueError("the policy analyzer needs token ids: build it with a tokenizer")
-    answers = list(generate_fn([p.ids for p in prompts], temperature=decoding.temperature,
-                               seed=decoding.seed))
+    answers = list(generate_fn([list(p.ids) + list(prefix_ids) for p in prompts],
+                               temperature=decoding.temperature, seed=decoding.seed))
     if len(answers) != len(prompts):
       raise ValueError(f"generate_fn returned {len(answers)} answers for {len(prompts)} prompts")
-    return answers
+    return [prefix + answer for answer in answers]
   return complete
 
 
@@ -315,7 +323,8 @@ def make_analyzer(cfg: AnalyzerConfig, generate_fn: GenerateFn | None = None, *,
       raise ValueError("analyzer backend 'policy' needs generate_fn (the sampler)")
     if tokenizer is None or not max_prompt_tokens:
       raise ValueError("analyzer backend 'policy' needs the tokenizer and max_prompt_tokens")
-    backend = policy_backend(generate_fn)
+    backend = policy_backend(generate_fn, cfg.answer_prefix,
+                             tokenizer.encode(cfg.answer_prefix) if cfg.answer_prefix else ())
   elif cfg.backend == "openai":
     backend = openai_backend(cfg)
   elif cfg.backend == "oracle":

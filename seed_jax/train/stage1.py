@@ -85,18 +85,34 @@ def annotation_records(trajs: Sequence[Trajectory], reports: Sequence[AnalysisRe
   return [annotation_record(t, r) for t, r in zip(trajs, reports) if r.analysis is not None]
 
 
-def sft_examples(tokenizer, records: Sequence[dict], max_prompt_tokens: int
-                 ) -> list[SFTExample]:
+def sft_examples(tokenizer, records: Sequence[dict], max_prompt_tokens: int,
+                 answer_prefix: str = "") -> list[SFTExample]:
   """(analyzer prompt, JSON answer + end of sequence) pairs; loss on the answer only.
 
   The prompt is rebuilt from the stored transcript by the analyzer's builder with the
   analyzer's budget: the very ids the policy analyzer decodes from at RL time. (The SFT
-  rows must hold them whole: `check_rows_hold_prompts`.)
+  rows must hold them whole: `check_rows_hold_prompts`.) With `answer_prefix`
+  (`analyzer.answer_prefix`), an answer that starts with it is split as the policy
+  analyzer decodes: the prefix's ids follow the prompt, the target is the rest.
   """
   eos = tokenizer.eos_ids[0]
-  return [SFTExample(build_analyzer_prompt(Transcript.from_record(r["transcript"]), tokenizer,
-                                           max_prompt_tokens).ids,
-                     tokenizer.encode(r["answer"]) + [eos]) for r in records]
+  prefix_ids = tokenizer.encode(answer_prefix) if answer_prefix else []
+  examples = []
+  for record in records:
+    prompt = build_analyzer_prompt(Transcript.from_record(record["transcript"]), tokenizer,
+                                   max_prompt_tokens).ids
+    answer = record["answer"]
+    if answer_prefix and answer.startswith(answer_prefix):
+      prompt, answer = list(prompt) + prefix_ids, answer[len(answer_prefix):]
+    examples.append(SFTExample(prompt, tokenizer.encode(answer) + [eos]))
+  return examples
+
+
+def answers_over_budget(examples: Sequence[SFTExample], max_new_tokens: int) -> int:
+  """How many stage-1 targets (answer + end of sequence) the policy analyzer could not
+  finish within `max_new_tokens` (`analyzer.max_new_tokens`): what it is taught to write
+  would be cut before its JSON closes, and never parse."""
+  return sum(len(e.target_ids) > max_new_tokens for e in examples)
 
 
 def check_rows_hold_prompts(examples: Sequence[SFTExample], max_tokens: int) -> None:

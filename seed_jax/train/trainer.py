@@ -363,9 +363,19 @@ class Trainer:
     hosts.print0(f"[stage1] {len(records)} well-formed annotations; library for "
           f"{sorted(self.library)}")
     if self.algorithm.stage1_sft:
+      analyzer = self.spec.analyzer
       examples = stage1.sft_examples(self.tokenizer, records,
-                                     self.spec.analyzer_max_prompt_tokens)
+                                     self.spec.analyzer_max_prompt_tokens,
+                                     analyzer.answer_prefix)
       stage1.check_rows_hold_prompts(examples, spec.fine_tune.max_tokens)
+      over = stage1.answers_over_budget(examples, analyzer.max_tokens)
+      if over:
+        longest = max(len(e.target_ids) for e in examples)
+        hosts.print0(f"[stage1] warning: {over} of {len(examples)} taught answers are longer "
+                     f"than config.analyzer.max_new_tokens={analyzer.max_tokens} (the longest "
+                     f"{longest} tokens): the policy analyzer would be cut off before they "
+                     "close; raise it")
+      self.metrics.write(0, "stage1_sft", {"sft_answers_over_budget": over})
       train, holdout = stage1.split_holdout(examples, spec.fine_tune.holdout_fraction,
                                             self.spec.seed)
       with self.timer("stage1_sft"):

@@ -70,6 +70,43 @@ def test_sft_prompts_are_the_prompts_the_policy_analyzer_decodes_from(tokenizer,
   assert tokenizer.decode(examples[0].prompt_ids).count(records[0]["analyzer_prompt"]) == 1
 
 
+def test_with_an_answer_prefix_stage_1_teaches_what_follows_it_where_the_analyzer_starts(
+    tokenizer):
+  """`analyzer.answer_prefix`: the policy analyzer decodes from the prompt + the prefix's
+  ids and its answer is the prefix + the text; stage 1's examples are split the same way,
+  so the model learns to continue exactly where it is made to start."""
+  prefix = '{"episode_summary": "'
+  trajs = [_traj("a", num_steps=3, won=True)]
+  records, _ = _annotate(tokenizer, trajs)
+  (example,) = stage1.sft_examples(tokenizer, records, BUDGET, answer_prefix=prefix)
+  (plain,) = stage1.sft_examples(tokenizer, records, BUDGET)
+  assert list(example.prompt_ids) == list(plain.prompt_ids) + tokenizer.encode(prefix)
+  assert prefix + tokenizer.decode(example.target_ids[:-1]) == records[0]["answer"]
+
+  continuation = tokenizer.decode(example.target_ids[:-1])
+  seen = []
+
+  def generate(prompt_ids, *, temperature, seed):
+    seen.extend(prompt_ids)
+    return [continuation] * len(prompt_ids)
+
+  policy = an.make_analyzer(an.AnalyzerConfig(backend="policy", answer_prefix=prefix),
+                            generate, tokenizer=tokenizer, max_prompt_tokens=BUDGET)
+  (report,), stats = policy.analyze(trajs)
+  assert seen == [list(example.prompt_ids)]
+  assert report.raw == records[0]["answer"] and stats["valid"] == 1
+  # An answer that does not start with the prefix is taught whole, after the bare prompt.
+  other = [dict(records[0], answer=" " + records[0]["answer"])]
+  (whole,) = stage1.sft_examples(tokenizer, other, BUDGET, answer_prefix=prefix)
+  assert list(whole.prompt_ids) == list(plain.prompt_ids)
+
+
+def test_answers_longer_than_the_analyzers_budget_are_counted():
+  examples = [stage1.SFTExample([1], [5] * n) for n in (10, 96, 97, 130)]
+  assert stage1.answers_over_budget(examples, 96) == 2
+  assert stage1.answers_over_budget(examples, 256) == 0
+
+
 def test_prompts_follow_the_current_budget_when_saved_annotations_are_reused(tokenizer):
   records, _ = _annotate(tokenizer, [_traj("long", num_steps=40, won=False)], budget=8192)
   assert not records[0]["truncated"]
