@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from seed_jax.models import export_hf, load_model, random_model
-from seed_jax.models.lora import split_trainable
+from seed_jax.models.lora import LoraParam, split_trainable
 from seed_jax.train.init_from import CHECKPOINT, HF, Weights, find_weights
 from seed_jax.train.spec import ConfigError, build_run_spec
 from seed_jax.train import trainer as trainer_lib
@@ -45,6 +45,19 @@ def trainer_params(trainer: Trainer) -> list[np.ndarray]:
 def same_params(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
   return len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y)
                                   for x, y in zip(a, b))
+
+
+LORA = {"model.lora.rank": 4, "model.lora.targets": ("q", "v")}
+
+
+def adapters_of(params) -> dict[tuple, np.ndarray]:
+  return {path: np.asarray(v.get_value()) for path, v in nnx.to_flat_state(params)
+          if path[-1] in ("lora_a", "lora_b")}
+
+
+def base_of(params) -> list[np.ndarray]:
+  """Every parameter but the adapters (with LoRA: the frozen base)."""
+  return [np.asarray(x) for x in jax.tree.leaves(nnx.split_state(params, LoraParam, ...)[1])]
 
 
 # ------------------------------------------------------------------ where the weights are
@@ -107,15 +120,20 @@ def other_weights(tiny_model, tmp_path_factory) -> tuple[str, str]:
   return hf, str(root / "run")
 
 
+@pytest.mark.parametrize("lora", [False, True])
 @pytest.mark.parametrize("kind", [CHECKPOINT, HF])
 def test_a_new_run_starts_from_the_given_weights_with_a_fresh_optimizer(
-    tiny_model, other_weights, tmp_path, kind):
+    tiny_model, other_weights, tmp_path, kind, lora):
+  """With LoRA the weights are the frozen base, and the adapters start fresh (a no-op)."""
   hf, run = other_weights
   trainer = Trainer(tiny_spec(tiny_model, "grpo", init_from=run if kind == CHECKPOINT else hf,
-                              **BARE), str(tmp_path))
+                              **BARE, **(LORA if lora else {})), str(tmp_path))
   expected = saved_params(run, 0) if kind == CHECKPOINT else folder_params(hf)
-  assert same_params(trainer_params(trainer), expected)
+  assert same_params(base_of(trainer.state.params), expected)
   assert int(trainer.state.step) == 0  # the source's optimizer (5 steps) is not taken
+  adapters = adapters_of(trainer.state.params)
+  assert len(adapters) == (4 if lora else 0)  # A and B on q and v
+  assert all(not v.any() for p, v in adapters.items() if p[-1] == "lora_b")
   trainer.close()
 
 
@@ -147,32 +165,6 @@ def test_a_resumed_run_does_not_read_the_init_from_weights(
 
 
 # ------------------------------------------------------------------ LoRA: base and adapters
-
-LORA = {"model.lora.rank": 4, "model.lora.targets": ("q", "v")}
-
-
-def adapters_of(params) -> dict[tuple, np.ndarray]:
-  return {path: np.asarray(v.get_value()) for path, v in nnx.to_flat_state(params)
-          if path[-1] in ("lora_a", "lora_b")}
-
-
-def base_of(params) -> list[np.ndarray]:
-  return [np.asarray(x) for x in jax.tree.leaves(split_trainable(params)[1])]
-
-
-@pytest.mark.parametrize("kind", [CHECKPOINT, HF])
-def test_a_lora_run_takes_its_base_from_init_from_and_fresh_adapters(
-    tiny_model, other_weights, tmp_path, kind):
-  hf, run = other_weights
-  trainer = Trainer(tiny_spec(tiny_model, "grpo", init_from=run if kind == CHECKPOINT else hf,
-                              **BARE, **LORA), str(tmp_path))
-  expected = saved_params(run, 0) if kind == CHECKPOINT else folder_params(hf)
-  assert same_params(base_of(trainer.state.params), expected)
-  adapters = adapters_of(trainer.state.params)
-  assert len(adapters) == 4  # A and B on q and v
-  assert all(not v.any() for p, v in adapters.items() if p[-1] == "lora_b")  # a no-op
-  trainer.close()
-
 
 def _trained_lora_run(model: str, workdir: str, **overrides) -> Trainer:
   """A LoRA run with a KL reference whose adapters look trained, checkpointed at 0."""
