@@ -52,14 +52,15 @@ def test_every_algorithm_runs_end_to_end(tiny_model, tmp_path, algorithm):
   assert json.load(open(tmp_path / "summary.json"))["algorithm"] == algorithm
 
 
-def test_a_lora_seed_run_trains_the_adapters_on_a_frozen_base(tiny_model, tmp_path):
-  """Behaviour cloning, stage 1, the policy analyzer, the KL reference and RL all run on
-  one base with adapters; only the adapters change, and the export holds the merged model
-  and a PEFT folder."""
+def test_a_lora_run_trains_the_adapters_on_a_frozen_base(tiny_model, tmp_path):
+  """Behaviour cloning (the fine-tuning stage 1 uses too), the KL reference and RL all run
+  on one base with adapters; only the adapters change, and the export holds the merged
+  model and a PEFT folder."""
   from flax import nnx  # pylint: disable=import-outside-toplevel
   from seed_jax.models import load_model  # pylint: disable=import-outside-toplevel
   from seed_jax.models.lora import split_trainable  # pylint: disable=import-outside-toplevel
-  trainer = Trainer(tiny_spec(tiny_model, "seed", **{"model.lora.rank": 4}), str(tmp_path))
+  trainer = Trainer(tiny_spec(tiny_model, "grpo", **{"model.lora.rank": 4, "bc.enabled": True}),
+                    str(tmp_path))
   trainer.run()
   adapters, base = split_trainable(trainer.state.params)
   loaded = nnx.split(load_model(tiny_model)[0], nnx.Param)[1]
