@@ -11,17 +11,20 @@ import sys
 
 import jax
 import ml_collections
+import numpy as np
 import pytest
 
 from configs import run as run_config
 from seed_jax.metrics import read_metrics
+from seed_jax.models import export_hf, load_model, random_model
 from seed_jax.train.evaluate import checkpoint_eval_config, eval_folder, evaluate_checkpoint
 from seed_jax.train.spec import build_run_spec
 from seed_jax.train.trainer import Trainer
 from tests.test_cli import command, one_line_usage_error
 # tiny_model: the trainer tests' fixture (tests/train/conftest.py), used here by name.
 from tests.train.conftest import tiny_model, tiny_spec  # pylint: disable=unused-import
-from tests.train.test_init_from import folder_params, same_params, saved_params
+from tests.train.test_init_from import (_trained_lora_run, folder_params, same_params,
+                                        saved_params)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASK_TYPE = "sokoban_6x6_1box"  # the one task type of configs/sokoban.py
@@ -117,6 +120,25 @@ def test_restore_brings_back_the_checkpoints_skill_library(tiny_model, tmp_path)
   evaluator.restore(4)
   assert evaluator.library == LIBRARY and evaluator.host["iteration"] == 4
   assert evaluator._acting_skills == LIBRARY  # pylint: disable=protected-access
+  evaluator.close()
+
+
+def test_a_lora_run_is_evaluated_on_the_base_its_adapters_were_trained_on(
+    tiny_model, tmp_path):
+  """A LoRA checkpoint holds the adapters only: the evaluation keeps the run's init_from,
+  where its frozen base came from, and exports that base merged with the adapters."""
+  base = export_hf(random_model(load_model(tiny_model)[0].cfg, seed=3), tmp_path / "base",
+                   load_model(tiny_model)[1])
+  run = _trained_lora_run(tiny_model, str(tmp_path / "run"), init_from=base)
+  want = [np.asarray(x) for x in jax.tree.leaves(run.state.params)]
+  run.close()
+  config = run_config.get_config(str(tmp_path / "run"))
+  spec = build_run_spec(checkpoint_eval_config(config))
+  assert spec.init_from == base
+  evaluator = Trainer(spec, str(tmp_path / "eval"),
+                      checkpoint_dir=str(tmp_path / "run" / "checkpoints"))
+  evaluator.restore(0)
+  assert same_params([np.asarray(x) for x in jax.tree.leaves(evaluator.state.params)], want)
   evaluator.close()
 
 

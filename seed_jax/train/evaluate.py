@@ -22,10 +22,13 @@ def checkpoint_eval_config(config: ml_collections.ConfigDict,
   """A copy of a run's `config` for evaluating one of its checkpoints (on `splits`, default
   the run's `eval.splits`). The checkpoint's weights replace the model's and its skill
   library the library file's, so neither `init_from` nor `analyzer.static_library` is read
-  (either may be gone); the evaluation writes its summary only: no export (`--export` says
-  where), no curves, no TensorBoard."""
+  (either may be gone), except a LoRA run's `init_from`: its checkpoints hold the adapters,
+  and the frozen base comes from there. The evaluation writes its summary only: no export
+  (`--export` says where), no curves, no TensorBoard."""
   config = ml_collections.ConfigDict(config.to_dict())
-  config.init_from = ""
+  lora = config.model.get("lora")  # absent from the configs of runs older than LoRA
+  if not (lora and lora.rank):
+    config.init_from = ""
   config.analyzer.static_library = ""
   config.checkpoint.export_hf = False
   config.log.plots = config.log.tensorboard = False
