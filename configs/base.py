@@ -62,6 +62,10 @@ def get_base_config() -> ml_collections.ConfigDict:
       top_p=1.0,
       max_new_tokens=512,       # response tokens per turn
       max_prompt_tokens=2048,
+      # No turn barrier: an episode steps as soon as its response is complete and its next
+      # prompt enters a free decode slot (seed_jax/sampling/slots.py); greedy responses
+      # equal the turn-synchronous loop's. Off until measured on a quiet machine.
+      continuous=False,
   ))
 
   c.analyzer = ml_collections.ConfigDict(dict(

@@ -117,6 +117,22 @@ def reset_seeds(seed: int, num_rows: int) -> list[int]:
   return [seed * 1_000_003 + row for row in range(num_rows)]
 
 
+def start_episodes(pool, tasks: Sequence[Task], *, seed: int, group_size: int = 1,
+                   group_prefix: str = "") -> list[Episode]:
+  """`group_size` episodes of every task, task-major (task i's form group
+  `f"{group_prefix}{i}"`, ids `"{group}.{k}"`), reset in `pool` with `reset_seeds`; an
+  episode whose reset failed is done and says why."""
+  episodes = [Episode(task, f"{group_prefix}{i}", f"{group_prefix}{i}.{k}")
+              for i, task in enumerate(tasks) for k in range(group_size)]
+  resets = pool.reset([e.task for e in episodes], reset_seeds(seed, len(episodes)))
+  for episode, (observation, info) in zip(episodes, resets):
+    episode.observation, episode.info = observation, info
+    episode.instruction = info.get("instruction", "")
+    if info.get("failed"):
+      episode.done, episode.failed = True, str(info["failed"])
+  return episodes
+
+
 def run_episodes(pool, tasks: Sequence[Task], policy: Policy, *, max_turns: int, seed: int,
                  group_size: int = 1, group_prefix: str = "", desc: str | None = None,
                  on_step: Callable[[Episode, StepTaken], None] | None = None
@@ -135,14 +151,8 @@ def run_episodes(pool, tasks: Sequence[Task], policy: Policy, *, max_turns: int,
     desc: label of a progress bar (a tick per turn); None: no bar.
     on_step: called after every step (e.g. to print it).
   """
-  episodes = [Episode(task, f"{group_prefix}{i}", f"{group_prefix}{i}.{k}")
-              for i, task in enumerate(tasks) for k in range(group_size)]
-  resets = pool.reset([e.task for e in episodes], reset_seeds(seed, len(episodes)))
-  for episode, (observation, info) in zip(episodes, resets):
-    episode.observation, episode.info = observation, info
-    episode.instruction = info.get("instruction", "")
-    if info.get("failed"):
-      episode.done, episode.failed = True, str(info["failed"])
+  episodes = start_episodes(pool, tasks, seed=seed, group_size=group_size,
+                            group_prefix=group_prefix)
   bar = tqdm(total=max_turns, desc=desc, unit="turn", leave=False, disable=desc is None)
   for turn in range(max_turns):
     live = [e for e in episodes if not e.done]
@@ -161,7 +171,7 @@ def run_episodes(pool, tasks: Sequence[Task], policy: Policy, *, max_turns: int,
     for episode, action, result in zip(episodes, actions, results):
       if action is None:
         continue
-      _book_step(episode, chosen[id(episode)], result, last_turn=turn == max_turns - 1)
+      book_step(episode, chosen[id(episode)], result, last_turn=turn == max_turns - 1)
       if on_step is not None:
         on_step(episode, episode.steps[-1])
     bar.update(1)
@@ -169,7 +179,7 @@ def run_episodes(pool, tasks: Sequence[Task], policy: Policy, *, max_turns: int,
   return episodes
 
 
-def _book_step(episode: Episode, decision: Decision, result: StepResult | None,
+def book_step(episode: Episode, decision: Decision, result: StepResult | None,
                last_turn: bool) -> None:
   """Records one step and the env's answer in the episode."""
   if result is None:  # a pool that answers a stepped row with nothing: that env is gone

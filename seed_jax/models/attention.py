@@ -49,14 +49,17 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array,
   return out.transpose(0, 3, 1, 2, 4).reshape(b, t, h, d).astype(q.dtype)
 
 
-def attend_decode(q: jax.Array, k: jax.Array, v: jax.Array, q_slot: jax.Array,
-                  kv_mask: jax.Array) -> jax.Array:
+def attend_decode(q: jax.Array, k: jax.Array, v: jax.Array, kv_mask: jax.Array) -> jax.Array:
   """One query per row (a decode step) over the cache: `attend` with T = 1 written as
   `[B, KV, G, D]` contractions, which XLA:CPU runs ~2x faster than the 5-D form.
 
+  The query sees exactly the slots `kv_mask` marks: in a decode step every written slot is
+  in its past, wherever it sits, so no slot order is assumed (the continuous-batching
+  engine writes its cache as a ring, `seed_jax.sampling.engine`). Keys carry their
+  positions through RoPE.
+
   Args:
-    q: `[B, 1, H, D]`. k, v: `[B, KV, S, D]`. q_slot: scalar slot of the query (it sees
-    slots `<= q_slot`). kv_mask: `[B, S]`.
+    q: `[B, 1, H, D]`. k, v: `[B, KV, S, D]`. kv_mask: `[B, S]`.
   Returns:
     `[B, 1, H, D]` in q's dtype.
   """
@@ -65,8 +68,7 @@ def attend_decode(q: jax.Array, k: jax.Array, v: jax.Array, q_slot: jax.Array,
   q = q.reshape(b, kv, h // kv, d)
   scores = jnp.einsum("bkgd,bksd->bkgs", q, k, preferred_element_type=jnp.float32)
   scores = scores / math.sqrt(d)
-  visible = (jnp.arange(k.shape[2]) <= q_slot)[None, :] & kv_mask  # [B, S]
-  scores = jnp.where(visible[:, None, None], scores, _NEG)
+  scores = jnp.where(kv_mask[:, None, None], scores, _NEG)
   probs = jax.nn.softmax(scores, axis=-1)
   out = jnp.einsum("bkgs,bksd->bkgd", probs.astype(v.dtype), v,
                    preferred_element_type=jnp.float32)

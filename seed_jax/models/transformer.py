@@ -170,7 +170,7 @@ class Attention(nnx.Module):
         out = causal_attention(q, k_new.astype(q.dtype), v_new.astype(q.dtype),
                                kv_mask[:, :t])
       elif t == 1:
-        out = attend_decode(q, k.astype(q.dtype), v.astype(q.dtype), cache_index, kv_mask)
+        out = attend_decode(q, k.astype(q.dtype), v.astype(q.dtype), kv_mask)
       else:
         out = attend(q, k.astype(q.dtype), v.astype(q.dtype), cache_index + jnp.arange(t),
                      kv_mask)

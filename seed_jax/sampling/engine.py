@@ -39,34 +39,45 @@ _CACHE_AXES = ("batch", "kv_heads", "length", None)
 
 def _choose_and_record(state: DecodeState, logits: Array, knobs: dict[str, Array], *,
                        top_k: int, use_top_p: bool) -> DecodeState:
-  """Samples token `state["step"]` for every row from `logits [R, V]`, records it with its
-  raw log-prob, and updates done / stop reason / length / stop-automaton state."""
-  step = state["step"]
-  keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(state["row_keys"], step)
+  """Samples each live row's token number `row_step [R]` from `logits [R, V]` (its key:
+  the row's key folded with that number), records it with its raw log-prob, and updates
+  done / stop reason / length / stop-automaton state. Rows already done keep everything."""
+  steps, done = state["row_step"], state["done"]
+  keys = jax.vmap(jax.random.fold_in)(state["row_keys"], steps)
   token = sample_tokens(keys, logits, knobs["temperature"], knobs["top_p"], top_k=top_k,
                         use_top_p=use_top_p)
   logprob = token_logprobs(logits, token)
-  done = state["done"]
-  tokens = jax.lax.dynamic_update_slice(state["tokens"], token[:, None], (0, step))
-  logprobs = jax.lax.dynamic_update_slice(state["logprobs"], logprob[:, None], (0, step))
+  rows = jnp.arange(steps.shape[0])
+  column = jnp.minimum(steps, state["tokens"].shape[1] - 1)
+  record = lambda buffer, new: buffer.at[rows, column].set(
+      jnp.where(done, buffer[rows, column], new))
 
   is_eos = jnp.any(token[:, None] == knobs["eos_ids"][None, :], axis=-1)
   stop_state = knobs["stop_table"][state["stop_state"], token]
   hit_stop = stop_state == knobs["stop_match"]
-  hit_max = step + 1 >= knobs["max_new"]
+  hit_max = steps + 1 >= knobs["max_new"]
   newly_done = ~done & (is_eos | hit_stop | hit_max)
   reason = jnp.where(is_eos, EOS, jnp.where(hit_stop, STOP_STRING, MAX_TOKENS))
   return dict(
       state,
-      tokens=tokens,
-      logprobs=logprobs,
+      tokens=record(state["tokens"], token),
+      logprobs=record(state["logprobs"], logprob),
       last_token=jnp.where(done, state["last_token"], token),
       stop_state=jnp.where(done, state["stop_state"], stop_state),
       stop_reason=jnp.where(newly_done, reason.astype(jnp.int32), state["stop_reason"]),
-      lengths=jnp.where(done, state["lengths"], step + 1),
+      lengths=jnp.where(done, state["lengths"], steps + 1),
+      row_step=jnp.where(done, steps, steps + 1),
       done=done | newly_done,
-      step=step + 1,
   )
+
+
+def _fresh_rows(rows: int, max_new_bucket: int) -> DecodeState:
+  """The per-row record of responses not begun: empty buffers `[rows, N]`, counters 0."""
+  zeros = lambda *shape, dtype=jnp.int32: jnp.zeros(shape, dtype)
+  return dict(tokens=zeros(rows, max_new_bucket),
+              logprobs=zeros(rows, max_new_bucket, dtype=jnp.float32),
+              last_token=zeros(rows), stop_state=zeros(rows), stop_reason=zeros(rows),
+              lengths=zeros(rows), row_step=zeros(rows))
 
 
 def _fan_out(x: Array, num_samples: int, rows: int) -> Array:
@@ -140,16 +151,11 @@ def prefill(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: Array,
       kv_mask=fan_out(kv_mask),
       next_position=fan_out(jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)),
       row_keys=jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, rows),
-      tokens=jnp.zeros((decode_rows, max_new_bucket), jnp.int32),
-      logprobs=jnp.zeros((decode_rows, max_new_bucket), jnp.float32),
-      last_token=jnp.zeros((decode_rows,), jnp.int32),
-      stop_state=jnp.zeros((decode_rows,), jnp.int32),
-      stop_reason=jnp.zeros((decode_rows,), jnp.int32),
-      lengths=jnp.zeros((decode_rows,), jnp.int32),
       done=~valid,
-      step=jnp.zeros((), jnp.int32),
+      **_fresh_rows(decode_rows, max_new_bucket),
   )
-  return _choose_and_record(state, logits, knobs, top_k=top_k, use_top_p=use_top_p)
+  state = _choose_and_record(state, logits, knobs, top_k=top_k, use_top_p=use_top_p)
+  return dict(state, step=jnp.ones((), jnp.int32))  # tokens drawn so far, every row
 
 
 def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState,
@@ -179,6 +185,104 @@ def decode(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState,
     cache = jax.tree.map(lambda c: constrain(c, _CACHE_AXES), cache)
     logits = model.unembed(hidden[:, 0])
     state = dict(state, cache=cache, kv_mask=kv_mask, next_position=state["next_position"] + 1)
-    return _choose_and_record(state, logits, knobs, top_k=top_k, use_top_p=use_top_p)
+    state = _choose_and_record(state, logits, knobs, top_k=top_k, use_top_p=use_top_p)
+    return dict(state, step=state["step"] + 1)
 
   return jax.lax.while_loop(cond, body, state)
+
+
+# -- continuous batching ---------------------------------------------------------------
+#
+# A fixed set of R decode slots whose rows come and go: a row whose response is complete
+# leaves (the host takes its tokens), and a new prompt is prefilled and inserted into its
+# slot while the other rows keep their caches (JetStream's prefill / insert / generate).
+# The cache is a ring of S slots with one write pointer for every row: each decode step
+# writes every row's fed token at slot `ptr % S`; an inserted prompt of P slots goes just
+# before the pointer, at `[ptr - P, ptr) mod S`. A row therefore needs P + its response
+# <= S, and no slot order is assumed anywhere (attention reads `kv_mask`; keys carry their
+# positions). Each row samples with its own key (`insert`'s `row_keys`, folded with the
+# token's number), so a response does not depend on which rows share the batch.
+
+
+def empty_slots(cfg, rows: int, cache_len: int, max_new_bucket: int, cache_dtype: Any
+                ) -> DecodeState:
+  """R empty slots (every row done, nothing to take) over a ring cache of S slots."""
+  key = jax.random.key(0)
+  return dict(
+      cache=init_cache(cfg, rows, cache_len, cache_dtype),
+      kv_mask=jnp.zeros((rows, cache_len), bool),
+      next_position=jnp.zeros((rows,), jnp.int32),
+      row_keys=jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(rows)),
+      done=jnp.ones((rows,), bool),
+      ptr=jnp.zeros((), jnp.int32),
+      **_fresh_rows(rows, max_new_bucket),
+  )
+
+
+def insert(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState,
+           prompt_tokens: Array, prompt_mask: Array, slots: Array, row_keys: Array,
+           knobs: dict[str, Array], *, top_k: int, use_top_p: bool) -> DecodeState:
+  """Prefills `k` prompts and puts them into `slots`, with token 0 sampled.
+
+  Args:
+    state: the slots (`empty_slots`, then the output of `insert` / `generate`; donated).
+    prompt_tokens: int32 `[k, P]` left-padded. prompt_mask: bool `[k, P]`.
+    slots: int32 `[k]` distinct rows to fill (a slot past R, for padding prompts, is
+      dropped).
+    row_keys: typed keys `[k]`: each response's own random stream.
+  """
+  model = nnx.merge(graphdef, params)
+  k, prompt_len = prompt_tokens.shape
+  cache_len = state["kv_mask"].shape[1]
+  positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=-1) - 1, 0)
+  cache = init_cache(model.cfg, k, prompt_len, state["cache"][0]["k"].dtype)
+  hidden, cache = model.forward_with_cache(prompt_tokens, positions, prompt_mask, cache, 0)
+  fresh = dict(_fresh_rows(k, state["tokens"].shape[1]), done=jnp.zeros((k,), bool),
+               row_keys=row_keys)
+  fresh = _choose_and_record(fresh, model.unembed(hidden[:, -1]), knobs, top_k=top_k,
+                             use_top_p=use_top_p)
+
+  # The prompt's P slots end just before the write pointer, around the ring.
+  shift = (state["ptr"] - prompt_len) % cache_len
+  place = lambda x, axis: jnp.roll(
+      jnp.pad(x, [(0, 0)] * axis + [(0, cache_len - prompt_len)] + [(0, 0)] * (x.ndim - axis - 1)),
+      shift, axis=axis)
+  put = lambda buffer, rows: buffer.at[slots].set(rows, mode="drop")
+  new_cache = [{name: put(layer[name], place(prompt_layer[name], 2)) for name in ("k", "v")}
+               for layer, prompt_layer in zip(state["cache"], cache)]
+  state = dict(state, cache=jax.tree.map(lambda c: constrain(c, _CACHE_AXES), new_cache),
+               kv_mask=put(state["kv_mask"], place(prompt_mask, 1)),
+               next_position=put(state["next_position"],
+                                 jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)))
+  return dict(state, **{name: put(state[name], value) for name, value in fresh.items()})
+
+
+def generate(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState,
+             knobs: dict[str, Array], *, max_steps: int, top_k: int, use_top_p: bool
+             ) -> DecodeState:
+  """Decodes every live row until one of them finishes, none is left or `max_steps`
+  steps were taken; the host then takes the finished rows and refills their slots."""
+  model = nnx.merge(graphdef, params)
+  cache_len = state["kv_mask"].shape[1]
+  start_done = state["done"]
+
+  def cond(carry):
+    state, steps = carry
+    return (steps < max_steps) & ~jnp.all(state["done"]) & ~jnp.any(state["done"] & ~start_done)
+
+  def body(carry):
+    state, steps = carry
+    slot = state["ptr"] % cache_len
+    live = ~state["done"]
+    kv_mask = jax.lax.dynamic_update_slice(state["kv_mask"], live[:, None], (0, slot))
+    hidden, cache = model.forward_with_cache(
+        state["last_token"][:, None], state["next_position"][:, None], kv_mask,
+        state["cache"], slot)
+    cache = jax.tree.map(lambda c: constrain(c, _CACHE_AXES), cache)
+    state = dict(state, cache=cache, kv_mask=kv_mask, ptr=state["ptr"] + 1,
+                 next_position=state["next_position"] + live)
+    state = _choose_and_record(state, model.unembed(hidden[:, 0]), knobs, top_k=top_k,
+                               use_top_p=use_top_p)
+    return state, steps + 1
+
+  return jax.lax.while_loop(cond, body, (state, jnp.zeros((), jnp.int32)))[0]

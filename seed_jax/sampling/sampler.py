@@ -102,7 +102,7 @@ class LoweredRequest:
   lower_decode: Callable[[jax.stages.Compiled], jax.stages.Lowered]
 
 
-def _round_up(value: int, buckets: Sequence[int] | None, what: str) -> int:
+def round_up(value: int, buckets: Sequence[int] | None, what: str) -> int:
   """The smallest bucket >= value (powers of two when buckets is None)."""
   if buckets is None:
     return 1 << max(0, math.ceil(math.log2(max(value, 1))))
@@ -209,18 +209,18 @@ class Sampler:
     if longest > self.max_cache_len:
       raise ValueError(f"a prompt of {longest} tokens does not fit the cache "
                        f"(max_cache_len={self.max_cache_len})")
-    prompt_len = min(_round_up(longest, self.prompt_buckets, "prompt length"),
+    prompt_len = min(round_up(longest, self.prompt_buckets, "prompt length"),
                      self.max_cache_len)
     # A bucket that would leave fewer slots than max_new_tokens shrinks to the largest
     # prompt length that still leaves them, when the prompts fit: the budget is honoured.
     room = self.max_cache_len - sampling.max_new_tokens + 1
     if longest <= room < prompt_len:
       prompt_len = room
-    batch = _round_up(len(prompt_ids), self.batch_buckets, "number of prompts")
+    batch = round_up(len(prompt_ids), self.batch_buckets, "number of prompts")
     if self.mesh is not None:  # keep the batch divisible by the batch-sharded axes
       shards = self.mesh.batch_shards
       batch = -(-batch // shards) * shards
-    max_new_bucket = _round_up(sampling.max_new_tokens, None, "max_new_tokens")
+    max_new_bucket = round_up(sampling.max_new_tokens, None, "max_new_tokens")
     cache_len = min(prompt_len + max_new_bucket, self.max_cache_len)
     # Token i is written at slot P + i when fed back; the last token is never fed.
     max_new_bucket = min(max_new_bucket, cache_len - prompt_len + 1)
@@ -306,13 +306,8 @@ class Sampler:
       mask[i, p_len - len(prompt):] = True
       valid[i] = True
     mask[len(prompt_ids):, -1] = True  # padding prompts: one token, never attended empty
-    stop_table, stop_match = self._stop_table(tuple(sampling.stop_strings))
-    arrays = dict(
-        tokens=tokens, mask=mask, valid=valid,
-        temperature=np.float32(sampling.temperature), top_p=np.float32(sampling.top_p),
-        max_new=np.int32(min(sampling.max_new_tokens, shapes["max_new_bucket"])),
-        eos_ids=self._eos_ids(sampling), stop_table=stop_table,
-        stop_match=np.int32(stop_match))
+    arrays = dict(tokens=tokens, mask=mask, valid=valid,
+                  **self.knob_arrays(sampling, shapes["max_new_bucket"]))
     filtering = dict(top_k=sampling.top_k, use_top_p=sampling.top_p < 1.0)
     static = dict(
         prefill=dict(cache_len=shapes["cache_len"], max_new_bucket=shapes["max_new_bucket"],
@@ -321,6 +316,16 @@ class Sampler:
                      **filtering),
         decode=dict(prompt_len=p_len, **filtering))
     return arrays, static
+
+  def knob_arrays(self, sampling: SamplingParams, max_new_bucket: int
+                  ) -> dict[str, np.ndarray]:
+    """The traced sampling settings of `engine` (`_KNOBS`) as host arrays."""
+    stop_table, stop_match = self._stop_table(tuple(sampling.stop_strings))
+    return dict(temperature=np.float32(sampling.temperature),
+                top_p=np.float32(sampling.top_p),
+                max_new=np.int32(min(sampling.max_new_tokens, max_new_bucket)),
+                eos_ids=self._eos_ids(sampling), stop_table=stop_table,
+                stop_match=np.int32(stop_match))
 
   @staticmethod
   def _knobs(arrays: dict[str, Any]) -> dict[str, Any]:
@@ -340,20 +345,30 @@ class Sampler:
                        texts=[] if self.tokenizer is not None else None,
                        prompt_index=[r // sampling.num_samples for r in range(rows)])
     for r in range(rows):
-      length = int(fetched["lengths"][r])
-      row_tokens = fetched["tokens"][r, :length].tolist()
-      reason = engine.REASON_NAMES[int(fetched["stop_reason"][r])]
-      if self.tokenizer is not None:
-        row_tokens, text, found = stops.truncate_at_stop(
-            row_tokens, self._decode_text, sampling.stop_strings)
-        if found:
-          reason = "stop_string"
+      row_tokens, logprobs, reason, text = self.finish_row(
+          fetched["tokens"][r], fetched["logprobs"][r], int(fetched["lengths"][r]),
+          int(fetched["stop_reason"][r]), sampling)
+      if out.texts is not None:
         out.texts.append(text)
       out.tokens.append(row_tokens)
-      out.logprobs.append(np.asarray(fetched["logprobs"][r, :len(row_tokens)], np.float32))
+      out.logprobs.append(logprobs)
       out.lengths.append(len(row_tokens))
       out.stop_reasons.append(reason)
     return out
+
+  def finish_row(self, tokens: np.ndarray, logprobs: np.ndarray, length: int,
+                 stop_reason: int, sampling: SamplingParams
+                 ) -> tuple[list[int], np.ndarray, str, str | None]:
+    """One row's `(tokens, log-probs, stop reason, text)` from its buffers: cut at its
+    length, then (with a tokenizer) after the first stop string its text contains."""
+    row_tokens = tokens[:length].tolist()
+    reason, text = engine.REASON_NAMES[stop_reason], None
+    if self.tokenizer is not None:
+      row_tokens, text, found = stops.truncate_at_stop(row_tokens, self._decode_text,
+                                                       sampling.stop_strings)
+      if found:
+        reason = "stop_string"
+    return row_tokens, np.asarray(logprobs[:len(row_tokens)], np.float32), reason, text
 
   def _decode_text(self, ids: list[int]) -> str:
     return self.tokenizer.decode(ids, skip_special_tokens=True)

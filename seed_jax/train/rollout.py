@@ -12,12 +12,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from seed_jax.agent.loop import Decision, Episode, episode_stats, run_episodes
+from tqdm.auto import tqdm
+
+from seed_jax.agent.loop import (Decision, Episode, book_step, episode_stats, run_episodes,
+                                 start_episodes)
 from seed_jax.checks import non_negative, positive, positive_int, require
 from seed_jax.envs.agent_format import AgentFormat
 from seed_jax.envs.base import Task
 from seed_jax.models.tokenizer import Tokenizer
 from seed_jax.sampling import Sampler, SamplingParams
+from seed_jax.sampling.slots import SlotDecoder
 from seed_jax.seed.batch import StepRecord, Trajectory
 from seed_jax.seed.skills import skill_prompt_ids
 
@@ -31,6 +35,8 @@ class RolloutSpec:
     temperature, top_p, max_new_tokens: sampling of each response.
     max_prompt_tokens: longer prompts drop their oldest history turns, then keep their
       last tokens (counted in the stats).
+    continuous: no turn barrier (`run_episodes_continuous`): an episode steps as soon as
+      its response is complete, and its next prompt enters a free decode slot.
   """
 
   max_turns: int
@@ -38,12 +44,14 @@ class RolloutSpec:
   top_p: float = 1.0
   max_new_tokens: int = 512
   max_prompt_tokens: int = 2048
+  continuous: bool = False
 
   def __post_init__(self):
     require(self, ("max_turns", "max_new_tokens", "max_prompt_tokens"), positive_int,
             "a positive integer")
     require(self, "temperature", non_negative, "a non-negative number")
     require(self, "top_p", lambda p: positive(p) and p <= 1, "in (0, 1]")
+    require(self, "continuous", lambda v: isinstance(v, bool), "True or False")
 
 
 class ModelPolicy:
@@ -98,16 +106,70 @@ class ModelPolicy:
     prompts = [self.fit_prompt(e) for e in episodes]
     out = self.sampler.generate([ids for _, ids in prompts], self.sampling,
                                 seed=self.seed * 7919 + turn)
-    decisions = []
-    for k, episode in enumerate(episodes):
-      text, (message, ids) = out.texts[k], prompts[k]
-      parsed = self.fmt.parse(text)
-      record = StepRecord(prompt_ids=ids, response_ids=out.tokens[k],
-                          sampler_logprobs=out.logprobs[k], action_valid=parsed.valid,
-                          observation=episode.observation, response_text=text,
-                          prompt_text=message)
-      decisions.append(Decision(parsed.action, parsed.valid, message, text, record))
-    return decisions
+    return [self.decide(episode, *prompts[k], out.tokens[k], out.logprobs[k], out.texts[k])
+            for k, episode in enumerate(episodes)]
+
+  def decide(self, episode: Episode, message: str, prompt_ids: list[int],
+             response_ids: list[int], logprobs, text: str) -> Decision:
+    """The decision of one sampled response: parsed into an action (a malformed one is
+    the no-op, flagged invalid), with the step's `StepRecord`."""
+    parsed = self.fmt.parse(text)
+    record = StepRecord(prompt_ids=prompt_ids, response_ids=response_ids,
+                        sampler_logprobs=logprobs, action_valid=parsed.valid,
+                        observation=episode.observation, response_text=text,
+                        prompt_text=message)
+    return Decision(parsed.action, parsed.valid, message, text, record)
+
+
+def run_episodes_continuous(pool, tasks: Sequence[Task], policy: ModelPolicy, *,
+                            max_turns: int, seed: int, group_size: int = 1,
+                            group_prefix: str = "", desc: str | None = None
+                            ) -> list[Episode]:
+  """`run_episodes` without the turn barrier: every episode's response is decoded in a
+  slot of one `SlotDecoder`; the moment it is complete the episode steps, and its next
+  prompt takes the next free slot while the other responses go on decoding.
+
+  Episode e's turn t samples from the stream `(seed, e, t)` (`SlotDecoder`), so a run is a
+  function of the seeds whatever finishes first; greedy responses equal the
+  turn-synchronous loop's.
+  """
+  episodes = start_episodes(pool, tasks, seed=seed, group_size=group_size,
+                            group_prefix=group_prefix)
+  live = [e for e in episodes if not e.done]
+  slots = SlotDecoder(policy.sampler, policy.sampling, num_slots=max(1, len(live)),
+                      max_prompt_len=policy.spec.max_prompt_tokens, seed=seed)
+  index = {id(e): i for i, e in enumerate(episodes)}
+  waiting, in_slot = list(live), {}
+  bar = tqdm(total=len(live) * max_turns, desc=desc, unit="step", leave=False,
+             disable=desc is None)
+  while waiting or in_slot:
+    entering = list(zip(slots.free_slots(), waiting))
+    waiting = waiting[len(entering):]
+    prompts = {slot: policy.fit_prompt(e) for slot, e in entering}
+    slots.insert([(slot, prompts[slot][1], index[id(e)], len(e.steps)) for slot, e in entering])
+    in_slot.update({slot: (e, *prompts[slot]) for slot, e in entering})
+    actions: list[str | None] = [None] * len(episodes)
+    decided = []
+    for slot in slots.run():
+      episode, message, ids = in_slot.pop(slot)
+      tokens, logprobs, _, text = slots.take(slot)
+      decision = policy.decide(episode, message, ids, tokens, logprobs, text)
+      if decision.action is None:
+        episode.done = True  # the policy has nothing more to do
+      else:
+        actions[index[id(episode)]] = decision.action
+        decided.append((episode, decision))
+    if not decided:
+      continue
+    results = pool.step(actions)
+    for episode, decision in decided:
+      book_step(episode, decision, results[index[id(episode)]],
+                last_turn=len(episode.steps) == max_turns - 1)
+      if not episode.done:
+        waiting.append(episode)
+      bar.update(1)
+  bar.close()
+  return episodes
 
 
 def to_trajectory(episode: Episode) -> Trajectory:
@@ -142,8 +204,9 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
   """
   policy = ModelPolicy(sampler, tokenizer, fmt, spec, seed, acting_skills, task_skills,
                        skill_placement)
-  episodes = run_episodes(pool, tasks, policy, max_turns=spec.max_turns, seed=seed,
-                          group_size=group_size, group_prefix=group_prefix, desc=desc)
+  play = run_episodes_continuous if spec.continuous else run_episodes
+  episodes = play(pool, tasks, policy, max_turns=spec.max_turns, seed=seed,
+                  group_size=group_size, group_prefix=group_prefix, desc=desc)
   stats = episode_stats(episodes)
   stats["truncated_prompts"] = policy.truncated_prompts
   return [to_trajectory(e) for e in episodes], stats

@@ -343,7 +343,7 @@ def _analyzer(config, backend_key: str) -> AnalyzerConfig:
 def _rollout(config, *, max_turns: int, temperature_key: str, top_p_key: str | None
              ) -> RolloutSpec:
   keys = {"temperature": temperature_key, "max_new_tokens": "rollout.max_new_tokens",
-          "max_prompt_tokens": "rollout.max_prompt_tokens"}
+          "max_prompt_tokens": "rollout.max_prompt_tokens", "continuous": "rollout.continuous"}
   if top_p_key:
     keys["top_p"] = top_p_key
   return _build(RolloutSpec, config, keys, max_turns=max_turns)

@@ -157,6 +157,7 @@ def test_bad_values_name_the_key(key, value, match):
     ("rollout.max_new_tokens", 33, "rollout.max_new_tokens"),
     ("rollout.max_new_tokens", 33, "batch.response_len"),
     ("rollout.max_prompt_tokens", 900, "rollout.max_prompt_tokens"),
+    ("rollout.continuous", True, "rollout.continuous"),
     ("rl.iterations", 4, "rl.iterations"),
     ("rl.learning_rate", 3e-6, "optim.learning_rate"),
     ("rl.warmup_steps", 2, "optim.warmup_steps"),
