@@ -296,16 +296,8 @@ class Sampler:
     arguments of its prefill and decode programs."""
     shapes = self._shapes(prompt_ids, sampling)
     p_len, batch = shapes["prompt_len"], shapes["batch"]
-    pad_id = self.cfg.pad_token_id if self.cfg.pad_token_id is not None else 0
-    tokens = np.full((batch, p_len), pad_id, np.int32)
-    mask = np.zeros((batch, p_len), bool)
-    valid = np.zeros((batch,), bool)
-    for i, prompt in enumerate(prompt_ids):
-      prompt = prompt[-p_len:]
-      tokens[i, p_len - len(prompt):] = prompt
-      mask[i, p_len - len(prompt):] = True
-      valid[i] = True
-    mask[len(prompt_ids):, -1] = True  # padding prompts: one token, never attended empty
+    tokens, mask = self.left_padded(prompt_ids, batch, p_len)
+    valid = np.arange(batch) < len(prompt_ids)
     arrays = dict(tokens=tokens, mask=mask, valid=valid,
                   **self.knob_arrays(sampling, shapes["max_new_bucket"]))
     filtering = dict(top_k=sampling.top_k, use_top_p=sampling.top_p < 1.0)
@@ -316,6 +308,21 @@ class Sampler:
                      **filtering),
         decode=dict(prompt_len=p_len, **filtering))
     return arrays, static
+
+  def left_padded(self, prompt_ids: Sequence[Sequence[int]], rows: int, prompt_len: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """`(tokens, mask)` `[rows, prompt_len]`: each prompt's last `prompt_len` ids at the
+    right end; rows past the prompts (padding) hold one masked-in token, so that no row
+    attends to nothing."""
+    pad_id = self.cfg.pad_token_id if self.cfg.pad_token_id is not None else 0
+    tokens = np.full((rows, prompt_len), pad_id, np.int32)
+    mask = np.zeros((rows, prompt_len), bool)
+    for i, prompt in enumerate(prompt_ids):
+      prompt = list(prompt)[-prompt_len:]
+      tokens[i, prompt_len - len(prompt):] = prompt
+      mask[i, prompt_len - len(prompt):] = True
+    mask[len(prompt_ids):, -1] = True
+    return tokens, mask
 
   def knob_arrays(self, sampling: SamplingParams, max_new_bucket: int
                   ) -> dict[str, np.ndarray]:

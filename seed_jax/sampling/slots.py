@@ -80,16 +80,10 @@ class SlotDecoder:
     prompt_len = min(round_up(longest, self.sampler.prompt_buckets, "prompt length"),
                      self.prompt_len)
     rows = round_up(len(items), None, "number of prompts")  # a few compiled shapes
-    pad_id = self.sampler.cfg.pad_token_id if self.sampler.cfg.pad_token_id is not None else 0
-    tokens = np.full((rows, prompt_len), pad_id, np.int32)
-    mask = np.zeros((rows, prompt_len), bool)
-    mask[len(items):, -1] = True  # padding prompts: one token; their slot is dropped
-    targets = np.full((rows,), self.num_slots, np.int32)
+    tokens, mask = self.sampler.left_padded([ids for _, ids, _, _ in items], rows, prompt_len)
+    targets = np.full((rows,), self.num_slots, np.int32)  # padding prompts: slot dropped
     streams, turns = np.zeros((rows,), np.int32), np.zeros((rows,), np.int32)
-    for i, (slot, ids, stream, turn) in enumerate(items):
-      ids = list(ids)[-prompt_len:]
-      tokens[i, prompt_len - len(ids):] = ids
-      mask[i, prompt_len - len(ids):] = True
+    for i, (slot, _, stream, turn) in enumerate(items):
       targets[i], streams[i], turns[i] = slot, stream, turn
     keys = _row_keys(self.seed, jnp.asarray(streams), jnp.asarray(turns))
     with self.sampler._mesh_context():  # pylint: disable=protected-access
