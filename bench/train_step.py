@@ -2,7 +2,7 @@
 
   python bench/train_step.py [--rows=8 --prompt_len=704 --response_len=64 --dtype=bfloat16
                               --modes=precomputed,separate --repeats=2 --matmul_n=2048
-                              --remat=on,off --lora_ranks=0,64]
+                              --remat=full,projections,none --lora_ranks=0,64]
 
 The embedded model (SmolLM2-135M-Instruct, float32 parameters, `--dtype` compute) on
 `rows x (prompt_len + response_len)` tokens (the `:cpu` presets' micro-batch: 8 x 768):
@@ -36,6 +36,7 @@ from flax import nnx  # noqa: E402
 
 from bench.common import emit, matmul_peak_flops, synthetic_rl_batch  # noqa: E402
 from seed_jax.models import load_model  # noqa: E402
+from seed_jax.models.config import REMAT_POLICIES  # noqa: E402
 from seed_jax.models.flops import forward_flops, training_flops  # noqa: E402
 from seed_jax.seed import logprobs as lp_lib  # noqa: E402
 from seed_jax.seed import losses  # noqa: E402
@@ -55,9 +56,9 @@ _LP_CHUNKS = flags.DEFINE_list("lp_chunks", ["32", "128"], "chunk sizes of the c
 _MATMUL_N = flags.DEFINE_integer("matmul_n", 2048, "side of the square matmul of the peak")
 _LORA = flags.DEFINE_list("lora_ranks", ["0"], "LoRA ranks on every projection (0: full "
                           "fine-tuning); a rank r adds `_lora<r>` to the measurement names")
-_REMAT = flags.DEFINE_list("remat", ["on", "off"], "rematerialise the layers in the backward "
-                           "pass (on) or keep their residuals (off); off adds `_no_remat` "
-                           "to the measurement names")
+_REMAT = flags.DEFINE_list("remat", list(REMAT_POLICIES), "what the backward pass keeps "
+                           "of each layer (`model.remat`); a policy other than full adds "
+                           "`_remat_<policy>` to the measurement names")
 
 
 def _useful_flops(cfg, rows: int, prompt_len: int, response_len: int,
@@ -118,8 +119,9 @@ def _logprob_memory(cfg, rows: int, length: int, chunks: list[int]) -> dict:
 
 def main(_):
   for remat in _REMAT.value:
-    if remat not in ("on", "off"):
-      raise app.UsageError(f"--remat={','.join(_REMAT.value)}: each must be on or off")
+    if remat not in REMAT_POLICIES:
+      raise app.UsageError(f"--remat={','.join(_REMAT.value)}: each must be one of "
+                           f"{', '.join(REMAT_POLICIES)}")
   ranks = [int(r) for r in _LORA.value if r.isdigit()]
   if len(ranks) != len(_LORA.value):
     raise app.UsageError(f"--lora_ranks={','.join(_LORA.value)}: non-negative integers")
@@ -127,8 +129,8 @@ def main(_):
   results = {}
   for remat in _REMAT.value:
     for rank in ranks:
-      suffix = ("" if remat == "on" else "_no_remat") + (f"_lora{rank}" if rank else "")
-      cfg = _measure(remat == "on", rank, suffix, peak, results)
+      suffix = ("" if remat == "full" else f"_remat_{remat}") + (f"_lora{rank}" if rank else "")
+      cfg = _measure(remat, rank, suffix, peak, results)
   emit(dict(bench="train_step", model="smollm2-135m-instruct", dtype=_DTYPE.value,
             param_dtype="float32", rows=_ROWS.value, prompt_len=_PROMPT.value,
             response_len=_RESPONSE.value, matmul_peak_gflops=round(peak / 1e9, 1),
@@ -137,8 +139,8 @@ def main(_):
                                            [int(c) for c in _LP_CHUNKS.value])))
 
 
-def _measure(remat: bool, lora_rank: int, suffix: str, peak: float, results: dict):
-  """The value-and-grad and each mode's train step, with or without rematerialisation,
+def _measure(remat: str, lora_rank: int, suffix: str, peak: float, results: dict):
+  """The value-and-grad and each mode's train step under remat policy `remat`,
   full or LoRA (`lora_rank` on every projection, alpha 2 x rank), into `results` (names +
   `suffix`); returns the model config."""
   model, _ = load_model("smollm2-135m-instruct", dtype=_DTYPE.value, param_dtype="float32",

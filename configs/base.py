@@ -35,11 +35,12 @@ def get_base_config() -> ml_collections.ConfigDict:
       name="smollm2-135m-instruct",  # embedded name, HF folder or .gguf file
       dtype="float32",               # compute dtype: float32 | bfloat16
       param_dtype="float32",         # storage dtype of the trained parameters
-      # Recompute each layer in the backward pass instead of keeping its residuals. On a
-      # 2-core CPU it is also faster (8 x 768 tokens, bf16: 68 s a step with, 73 s and
-      # 7.7x the temporary memory without); measure with bench/train_step.py --remat=on,off
-      # and read the plan's memory before turning it off on an accelerator.
-      remat=True,
+      # What the backward pass keeps of each layer: full (its input; the layer is
+      # recomputed), projections (the weight matmuls' outputs too; attention's scores and
+      # elementwise ops recomputed) or none (every residual, [B, H, T, T] included).
+      # Measure with bench/train_step.py --remat=full,projections,none and read the plan's
+      # memory (seed_jax.plan --config.model.remat=...) before choosing on an accelerator.
+      remat="full",
       # LoRA (verl's lora_rank / lora_alpha / target_modules): rank > 0 trains low-rank
       # adapters on the named projections (q, k, v, o, gate, up, down) and freezes the base;
       # the policy, analyzer, teacher and KL reference share the one base.
@@ -170,6 +171,10 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   reach the reward at all.
   """
   c.model.dtype = "bfloat16"
+  # Keep the projections' outputs for the backward pass: measured on 2 cores at 8 x 768
+  # tokens, bf16, 67.3 s a step against 70.8 with full remat and 81.5 keeping everything;
+  # temporaries 5.0 GiB against 1.7 and 12.8 (results/speed/train_step_remat_2026-12-02.jsonl).
+  c.model.remat = "projections"
   c.pool.num_workers = 2
   c.rollout.tasks_per_batch = 2
   c.rollout.group_size = 2

@@ -18,6 +18,7 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+REMAT_POLICIES = ("full", "projections", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,10 +27,13 @@ class ModelConfig:
 
   `dtype` is the activation/compute dtype, `param_dtype` the storage dtype of weights.
   Matmuls in bfloat16 always accumulate in float32; logits and softmax are float32.
-  `remat`: under differentiation, keep only each layer's input and recompute the rest of
-  the layer in the backward pass (activation memory flat in depth, one more forward);
-  False keeps every layer's residuals (faster where they fit; measure with
-  bench/train_step.py). It changes no value, only what the backward pass stores.
+  `remat` (one of `REMAT_POLICIES`) decides what the backward pass keeps of each layer:
+  "full" keeps only the layer's input and recomputes the rest (activation memory flat in
+  depth, one more forward); "projections" keeps the outputs of the q/k/v, attention and
+  gate/up projections and recomputes only attention's scores and the elementwise ops (no
+  weight matmul twice; `[B, T, ~2E + 2F]` a layer); "none" keeps every residual, the
+  `[B, H, T, T]` attention probabilities included. It changes no value, only memory and
+  time (measure with bench/train_step.py --remat=...).
   `lora_rank` > 0 adds a low-rank adapter (`seed_jax.models.lora`) of that rank to each
   projection named in `lora_targets` (q, k, v, o, gate, up, down), scaled by
   `lora_alpha / lora_rank`; 0 means none.
@@ -56,7 +60,7 @@ class ModelConfig:
   pad_token_id: int | None = 2
   dtype: str = "float32"
   param_dtype: str = "float32"
-  remat: bool = True
+  remat: str = "full"
   lora_rank: int = 0
   lora_alpha: float = 16.0
   lora_targets: tuple[str, ...] = LORA_TARGETS
@@ -68,6 +72,8 @@ class ModelConfig:
     for key in ("dtype", "param_dtype"):
       if getattr(self, key) not in DTYPES:
         raise ValueError(f"{key} must be one of {sorted(DTYPES)}, got {getattr(self, key)!r}")
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
     if not (isinstance(self.lora_rank, int) and self.lora_rank >= 0):
       raise ValueError(f"lora_rank must be a non-negative integer, got {self.lora_rank!r}")
     unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]

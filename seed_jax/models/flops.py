@@ -18,19 +18,23 @@ def matmul_params(cfg: ModelConfig) -> int:
   return cfg.num_layers * per_layer
 
 
+def attention_flops(cfg: ModelConfig, rows: int, length: int,
+                    context: int | None = None) -> float:
+  """Attention's QK^T and PV over `rows` x `length` tokens: over the causal half of the
+  `[T, T]` scores, or, with `context` (decoding), over `context` cached slots for each of
+  the `length` tokens."""
+  attn_width = cfg.num_layers * cfg.num_heads * cfg.head_dim
+  return rows * (2 * attn_width * length * length if context is None
+                 else 4 * attn_width * length * context)
+
+
 def forward_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int,
                   context: int | None = None) -> float:
   """One forward pass of `rows` x `length` tokens, unembedding `unembedded` positions per
-  row (the LM head).
-
-  Attention counts QK^T and PV: over the causal half of the `[T, T]` scores, or, with
-  `context` (decoding), over `context` cached slots for each of the `length` tokens.
-  """
-  attn_width = cfg.num_layers * cfg.num_heads * cfg.head_dim
-  attention = (2 * attn_width * length * length if context is None
-               else 4 * attn_width * length * context)
-  return rows * (2 * matmul_params(cfg) * length + attention
-                 + 2 * cfg.hidden_size * cfg.vocab_size * unembedded)
+  row (the LM head): the projections, the LM head and `attention_flops`."""
+  return (rows * (2 * matmul_params(cfg) * length
+                  + 2 * cfg.hidden_size * cfg.vocab_size * unembedded)
+          + attention_flops(cfg, rows, length, context))
 
 
 def training_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int
@@ -38,12 +42,14 @@ def training_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int
   """(model FLOPs, hardware FLOPs) of forward + backward (1 + 2 forwards: the gradients of
   the activations and of the weights). With LoRA (`cfg.lora_rank`) the frozen base's weight
   gradients are not computed (the adapters' own FLOPs, rank / width of the base's, are left
-  out). The hardware count adds the layers' rematerialised forward when `cfg.remat`
-  (`models.transformer` scans its layers under `jax.checkpoint`); MFU is quoted from the
-  model count."""
+  out). The hardware count adds what the backward pass recomputes (`cfg.remat`): the whole
+  forward under "full", attention's scores and mixing (`QK^T`, `PV`) under "projections",
+  nothing under "none"; MFU is quoted from the model count."""
   forward = forward_flops(cfg, rows, length, unembedded)
   weight_grads = (rows * (2 * matmul_params(cfg) * length
                           + 2 * cfg.hidden_size * cfg.vocab_size * unembedded)
                   if cfg.lora_rank else 0)
   model = 3 * forward - weight_grads
-  return model, model + (forward if cfg.remat else 0)
+  recomputed = {"full": forward, "projections": attention_flops(cfg, rows, length),
+                "none": 0}[cfg.remat]
+  return model, model + recomputed

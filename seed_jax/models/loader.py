@@ -37,7 +37,7 @@ def resolve_model_path(name_or_path: str) -> str:
 
 def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",
                param_dtype: str | None = None, mesh: LogicalMesh | Mesh | None = None,
-               rules: Rules | None = None, remat: bool = True, lora_rank: int = 0,
+               rules: Rules | None = None, remat: str = "full", lora_rank: int = 0,
                lora_alpha: float = 16.0, lora_targets: tuple[str, ...] = LORA_TARGETS,
                seed: int = 0) -> tuple[Transformer, Tokenizer]:
   """Loads weights (streamed into `mesh`'s shardings) and the tokenizer.
@@ -48,7 +48,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, *, dtype: str = "float32",
     mesh: target mesh (a `LogicalMesh` from `make_mesh` carries the rules); None places
       everything on the first device.
     rules: only needed with a plain Mesh; with a `LogicalMesh` they must equal its own.
-    remat: rematerialise each layer in the backward pass (`ModelConfig.remat`).
+    remat: what the backward pass keeps of each layer (`ModelConfig.remat`).
     lora_rank, lora_alpha, lora_targets: with a rank > 0, fresh low-rank adapters on the
       loaded weights (`seed_jax.models.lora`; `seed` draws their `A`).
   """

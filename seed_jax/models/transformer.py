@@ -27,12 +27,18 @@ import math
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from seed_jax.models.attention import attend, attend_decode, causal_attention
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.lora import adapter_params
 from seed_jax.models.matmul import matmul
 from seed_jax.parallel.rules import constrain
+
+# What the "projections" remat policy keeps of a layer (`checkpoint_name` tags below): the
+# outputs of its weight matmuls, from which the backward pass recomputes only attention's
+# scores and the elementwise ops.
+SAVED_PROJECTIONS = ("qkv", "attention_out", "mlp_in")
 
 KVCache = list[dict[str, jax.Array]]  # per layer {"k", "v"}: [B, KV, S, head_dim]
 
@@ -158,7 +164,8 @@ class Attention(nnx.Module):
     k = apply_rope(k, positions, inv_freq)
     k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, KV, T, D]
     if cache is None:
-      out = causal_attention(q, k, v, kv_mask)
+      q, k, v = (checkpoint_name(a, "qkv") for a in (q, k, v))
+      out = checkpoint_name(causal_attention(q, k, v, kv_mask), "attention_out")
     else:
       start = (0, 0, cache_index, 0)
       k_new, v_new = k.astype(cache["k"].dtype), v.astype(cache["v"].dtype)
@@ -190,7 +197,8 @@ class MLP(nnx.Module):
                             **_adapter(cfg, "down"))
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    h = jax.nn.silu(self.gate_proj(x)) * self.up_proj(x)
+    gate = checkpoint_name(self.gate_proj(x), "mlp_in")
+    h = jax.nn.silu(gate) * checkpoint_name(self.up_proj(x), "mlp_in")
     return self.down_proj(constrain(h, ("batch", "length", "act_mlp")))
 
 
@@ -301,13 +309,14 @@ class Transformer(nnx.Module):
 
 def _scan_layers(graphdef: nnx.GraphDef, stacked: nnx.State, x: jax.Array,
                  positions: jax.Array, inv_freq: jax.Array, kv_mask: jax.Array,
-                 remat: bool) -> jax.Array:
+                 remat: str) -> jax.Array:
   """`x [B, T, E]` through every layer: a `scan` over the stacked weights.
 
-  With `remat`, under grad the backward pass keeps one `[B, T, E]` input per layer and
-  recomputes the rest, one layer at a time, so memory does not grow with depth (a third
-  more FLOPs). Without it the scan stacks every layer's residuals `[L, ...]`. (`jax.checkpoint`
-  on an unrolled loop does not bound memory on XLA:CPU, whose scheduler hoists the
+  `remat` (`ModelConfig.remat`) is what the scan stacks per layer `[L, ...]` for the
+  backward pass: "full" one `[B, T, E]` input, the rest recomputed one layer at a time (a
+  third more FLOPs); "projections" the tagged `SAVED_PROJECTIONS` too, so only attention's
+  scores and elementwise ops are recomputed; "none" every residual. (`jax.checkpoint` on an
+  unrolled loop does not bound memory on XLA:CPU, whose scheduler hoists the
   recomputation.)
   """
 
@@ -315,7 +324,12 @@ def _scan_layers(graphdef: nnx.GraphDef, stacked: nnx.State, x: jax.Array,
     layer = nnx.merge(graphdef, layer_state)
     return layer(h, positions, inv_freq, kv_mask, None, 0)[0], None
 
-  return jax.lax.scan(jax.checkpoint(body) if remat else body, x, stacked)[0]
+  if remat == "full":
+    body = jax.checkpoint(body)
+  elif remat == "projections":
+    body = jax.checkpoint(body, policy=jax.checkpoint_policies.save_only_these_names(
+        *SAVED_PROJECTIONS))
+  return jax.lax.scan(body, x, stacked)[0]
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:

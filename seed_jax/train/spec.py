@@ -21,7 +21,7 @@ from seed_jax import paths
 from seed_jax.checks import (SpecError, fraction, non_negative_int, one_of, positive,
                              positive_int, require, unit_interval)
 from seed_jax.envs.registry import ENV_NAMES, get_env_module
-from seed_jax.models.config import DTYPES, LORA_TARGETS
+from seed_jax.models.config import DTYPES, LORA_TARGETS, REMAT_POLICIES
 from seed_jax.models.embedded import EMBEDDED_MODELS
 from seed_jax.models.shapes import MODEL_SHAPES
 from seed_jax.parallel.mesh import MeshConfig
@@ -72,7 +72,7 @@ class ModelSpec:
   name: str
   dtype: str = "float32"
   param_dtype: str = "float32"
-  remat: bool = True
+  remat: str = "full"
   lora_rank: int = 0  # model.lora.*: low-rank adapters train, the base stays frozen
   lora_alpha: float = 16.0
   lora_targets: tuple[str, ...] = LORA_TARGETS
@@ -83,7 +83,7 @@ class ModelSpec:
             f"({', '.join(MODEL_SHAPES)}), a Hugging Face folder (with config.json) or a "
             f".gguf file")
     require(self, ("dtype", "param_dtype"), one_of(DTYPES), f"one of {tuple(DTYPES)}")
-    require(self, "remat", lambda v: isinstance(v, bool), "True or False")
+    require(self, "remat", one_of(REMAT_POLICIES), f"one of {REMAT_POLICIES}")
     require(self, "lora_rank", non_negative_int, "a non-negative integer (0: no LoRA)")
     require(self, "lora_alpha", positive, "a positive number")
     require(self, "lora_targets",

@@ -3,7 +3,10 @@ vocabulary (so the real prompts, chat template and parsing run) and a small Soko
 
 from __future__ import annotations
 
+import os
+
 import jax
+import numpy as np
 import pytest
 
 from seed_jax.train.spec import RunSpec, build_run_spec
@@ -62,3 +65,12 @@ def tiny_spec(model: str, algorithm: str, iterations: int = 1, **overrides) -> R
         node = node[part]
       node[leaf] = value
   return build_run_spec(config)
+
+
+def final_params(workdir: str) -> tuple[int, list[np.ndarray]]:
+  """(the latest checkpoint's step, its saved parameter leaves as numpy arrays)."""
+  from seed_jax.checkpoint import Checkpointer  # pylint: disable=import-outside-toplevel
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"))
+  step = ckpt.latest_step()
+  restored = ckpt._manager.restore(step)  # pylint: disable=protected-access
+  return step, [np.asarray(x) for x in jax.tree.leaves(restored["state"]["train"]["params"])]

@@ -81,7 +81,7 @@ def test_a_lora_train_step_compiles_for_a_tpu_slice_holding_moments_for_the_adap
 def test_a_frozen_base_saves_its_weight_gradients_flops():
   """A frozen base's backward computes the activations' gradients only: one forward of
   the weight matmuls fewer (the embedding lookup has none to save)."""
-  cfg = ModelConfig.tiny(vocab_size=1000, remat=False)
+  cfg = ModelConfig.tiny(vocab_size=1000, remat="none")
   d, i, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers
   weights = L * (2 * d * cfg.num_heads * cfg.head_dim + 2 * d * cfg.num_kv_heads * cfg.head_dim
                  + 3 * d * i) + d * 1000  # the layers' and the LM head's (tied: the embed)

@@ -24,7 +24,7 @@ import pytest
 from seed_jax.checkpoint import Checkpointer
 from seed_jax.metrics import read_metrics
 from seed_jax.train.trainer import Trainer
-from tests.train.conftest import tiny_spec
+from tests.train.conftest import final_params, tiny_spec
 
 pytestmark = pytest.mark.slow
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,13 +36,6 @@ SHORT = {"env.max_steps": 2, "checkpoint.export_hf": False, "eval.at_end": False
 
 def spec(model: str, **overrides):
   return tiny_spec(model, "grpo", iterations=2, **SHORT, **overrides)
-
-
-def final_params(workdir: str) -> tuple[int, list[np.ndarray]]:
-  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"))
-  step = ckpt.latest_step()
-  restored = ckpt._manager.restore(step)  # pylint: disable=protected-access
-  return step, [np.asarray(x) for x in jax.tree.leaves(restored["state"]["train"]["params"])]
 
 
 def train_steps(workdir: str) -> list[int]:

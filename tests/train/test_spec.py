@@ -139,7 +139,7 @@ def test_bad_values_name_the_key(key, value, match):
 @pytest.mark.parametrize("key,value,field", [
     ("seed", 7, "seed"),
     ("model.dtype", "bfloat16", "model.dtype"),
-    ("model.remat", False, "model.remat"),
+    ("model.remat", "projections", "model.remat"),
     ("model.lora.rank", 16, "model.lora_rank"),
     ("model.lora.alpha", 32.0, "model.lora_alpha"),
     ("model.lora.targets", ("q", "v"), "model.lora_targets"),
