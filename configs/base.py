@@ -65,7 +65,8 @@ def get_base_config() -> ml_collections.ConfigDict:
       max_prompt_tokens=2048,
       # No turn barrier: an episode steps as soon as its response is complete and its next
       # prompt enters a free decode slot (seed_jax/sampling/slots.py); greedy responses
-      # equal the turn-synchronous loop's. Off until measured on a quiet machine.
+      # equal the turn-synchronous loop's. Off: 1.8x slower on the :compare rollout, whose
+      # responses mostly fill their budget (results/speed/README.md, bench/rollout.py).
       continuous=False,
   ))
 
