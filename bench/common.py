@@ -71,6 +71,18 @@ def synthetic_rl_batch(rows: int, prompt_len: int, response_len: int, vocab: int
   }
 
 
+def barrier_utilisation(lengths_by_episode: list[list[int]]) -> float:
+  """Share of a turn-synchronous loop's decode rows that held a live response: the sum of
+  the response lengths over the sum, per turn, of live episodes x the turn's longest."""
+  turns = max(len(lengths) for lengths in lengths_by_episode)
+  useful = padded = 0
+  for turn in range(turns):
+    live = [lengths[turn] for lengths in lengths_by_episode if len(lengths) > turn]
+    useful += sum(live)
+    padded += len(live) * max(live)
+  return useful / max(padded, 1)
+
+
 def emit(record: dict) -> None:
   """Prints the benchmark's one JSON line, with the machine it ran on."""
   record = dict(record, machine=dict(platform=platform.platform(), cpus=os.cpu_count(),

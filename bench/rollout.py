@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from bench.common import emit, matmul_peak_flops, stream_bandwidth_bytes  # noqa: E402
+from bench.common import (barrier_utilisation, emit, matmul_peak_flops,  # noqa: E402
+                          stream_bandwidth_bytes)
 from seed_jax.train.rollout import play_episodes  # noqa: E402
 from seed_jax.train.spec import build_run_spec  # noqa: E402
 from seed_jax.train.trainer import Trainer  # noqa: E402
@@ -49,18 +50,6 @@ _MODES = flags.DEFINE_list("modes", ["synchronous", "continuous"], "rollout loop
 _REPEATS = flags.DEFINE_integer("repeats", 2, "rollouts per budget and mode (first: cold)")
 _SEED = flags.DEFINE_integer("seed", 0, "seed of the env resets and of sampling")
 _MODES_CHOICES = ("synchronous", "continuous")
-
-
-def barrier_utilisation(lengths_by_episode: list[list[int]]) -> float:
-  """Share of a turn-synchronous loop's decode rows that held a live response: the sum of
-  the response lengths over the sum, per turn, of live episodes x the turn's longest."""
-  turns = max(len(lengths) for lengths in lengths_by_episode)
-  useful = padded = 0
-  for turn in range(turns):
-    live = [lengths[turn] for lengths in lengths_by_episode if len(lengths) > turn]
-    useful += sum(live)
-    padded += len(live) * max(live)
-  return useful / max(padded, 1)
 
 
 def _play(trainer: Trainer, spec, tasks) -> tuple[float, list, dict]:

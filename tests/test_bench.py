@@ -103,7 +103,7 @@ def test_device_check_tiny_runs_on_cpu_and_renders(tmp_path):
 
 
 def test_the_turn_barrier_utilisation_counts_live_rows_times_the_longest():
-  from bench.rollout import barrier_utilisation
+  from bench.common import barrier_utilisation  # bench/rollout.py's figure
   # Turn 0: rows of 4, 2, 2 decode 3 x 4 = 12 slots for 8 tokens; turn 1: the first two
   # episodes are live, 1 and 3 tokens: 2 x 3 = 6 slots for 4 tokens; turn 2: one row, full.
   lengths = [[4, 1, 5], [2, 3], [2]]
