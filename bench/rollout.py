@@ -9,10 +9,9 @@ episodes of its first training games, the same seed in every mode), played throu
 `seed_jax.train.rollout.play_episodes` once per response budget and mode, `--repeats` times
 (the first includes XLA compiles: `cold_s`; `seconds` is the fastest of the others). Each
 reports the prompt tokens prefilled, the response tokens decoded and their rate, the turns,
-success, and the response lengths' spread; for the synchronous loop also `barrier_utilisation`, the share of its
-decode rows that held a live response (a turn decodes every live row until its longest
-response ends: sum of lengths / sum over turns of live rows x longest), which is what the
-continuous loop can win back. Beside them this machine's streaming bandwidth and matmul
+success, and the response lengths' spread; for the synchronous loop also
+`barrier_utilisation` (`bench.common`), the share of its decode rows that held a live
+response, which is what the continuous loop can win back. Beside them this machine's streaming bandwidth and matmul
 peak, measured in the same run. Prints one JSON line.
 """
 
@@ -72,8 +71,8 @@ def main(_):
   with config.unlocked():  # the sampler's cache must hold the largest budget
     config.rollout.max_new_tokens = max(int(b) for b in _BUDGETS.value)
   run_spec = build_run_spec(config)
-  workdir = tempfile.mkdtemp(prefix="bench_rollout_")
-  trainer = Trainer(run_spec, workdir)
+  workdir = tempfile.TemporaryDirectory(prefix="bench_rollout_")  # the Trainer's files
+  trainer = Trainer(run_spec, workdir.name)
   tasks = trainer.tasks("train")[:run_spec.rl.tasks_per_batch]
   results = {}
   try:
@@ -104,6 +103,7 @@ def main(_):
                                    / by_mode["continuous"]["seconds"], 2)
   finally:
     trainer.close()
+    workdir.cleanup()
   emit(dict(bench="rollout", config=config_flags.get_config_filename(flags.FLAGS["config"]),
             model=run_spec.model.name, dtype=run_spec.model.dtype,
             episodes=len(tasks) * run_spec.rl.group_size,

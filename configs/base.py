@@ -37,7 +37,7 @@ def get_base_config() -> ml_collections.ConfigDict:
       param_dtype="float32",         # storage dtype of the trained parameters
       # What the backward pass keeps of each layer: full (its input; the layer is
       # recomputed), projections (the weight matmuls' outputs too; attention's scores and
-      # elementwise ops recomputed) or none (every residual, [B, H, T, T] included).
+      # elementwise ops recomputed) or none (every residual of every layer).
       # Measure with bench/train_step.py --remat=full,projections,none and read the plan's
       # memory (seed_jax.plan --config.model.remat=...) before choosing on an accelerator.
       remat="full",

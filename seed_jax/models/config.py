@@ -31,9 +31,9 @@ class ModelConfig:
   "full" keeps only the layer's input and recomputes the rest (activation memory flat in
   depth, one more forward); "projections" keeps the outputs of the q/k/v, attention and
   gate/up projections and recomputes only attention's scores and the elementwise ops (no
-  weight matmul twice; `[B, T, ~2E + 2F]` a layer); "none" keeps every residual, the
-  `[B, H, T, T]` attention probabilities included. It changes no value, only memory and
-  time (measure with bench/train_step.py --remat=...).
+  weight matmul twice; `[B, T, ~2E + 2F]` a layer); "none" keeps every residual of the
+  layer (its norms', attention's and the MLP's). It changes no value, only memory and time
+  (measure with bench/train_step.py --remat=...).
   `lora_rank` > 0 adds a low-rank adapter (`seed_jax.models.lora`) of that rank to each
   projection named in `lora_targets` (q, k, v, o, gate, up, down), scaled by
   `lora_alpha / lora_rank`; 0 means none.
