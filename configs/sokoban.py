@@ -1,4 +1,10 @@
-"""Sokoban 6x6 with one box (the paper's visual setting, here with text observations)."""
+"""Sokoban 6x6 with one box (the paper's visual setting, here with text observations).
+
+  python -m seed_jax.main --config=configs/sokoban.py          # paper settings
+  python -m seed_jax.main --config=configs/sokoban.py:cpu      # minutes on 2 cores
+  python -m seed_jax.experiment --config=configs/sokoban.py:learn --out=results/sokoban_learn
+                                  # the small-scale comparison (issue 26), skill-reading
+"""
 
 from configs import base
 from seed_jax.envs import sokoban
@@ -10,7 +16,7 @@ def get_config(preset: str = ""):
   c.env.name = "sokoban"
   c.rollout.max_new_tokens = 512
   c.sft.tasks_per_type = 180  # Sokoban has one task type
-  return base.apply_preset(c, preset, cpu=_cpu)
+  return base.apply_preset(c, preset, cpu=_cpu, learn=_learn)
 
 
 def _cpu(c):
@@ -18,3 +24,24 @@ def _cpu(c):
   c.env.max_steps = 6
   c.env.num_tasks = {"train": 50, "valid_seen": 8, "valid_unseen": 8}
   c.sft.tasks_per_type = 2
+
+
+def _learn(c):
+  """Where a 135M model's teacher knows more than its student (docs/results.md, "Teacher
+  gap"): the `:cpu` model and puzzles, a warm start that clones 24 training puzzles with
+  their oracle plan read at the end of the message (each step shown plain and with its
+  plan), RL on the other puzzles, and groups without a GRPO signal left out of its terms.
+  Small-model aids, every one of them off in the paper presets; every arm of a comparison
+  gets them alike."""
+  _cpu(c)
+  c.skill_placement = "end"
+  c.bc.episodes = 24
+  c.bc.skill_fraction = 1.0
+  c.bc.disjoint = True
+  c.rl.skip_zero_advantage_groups = True
+  c.rollout.tasks_per_batch = 4  # 4 puzzles x 4 episodes = 16 episodes an iteration
+  c.rollout.group_size = 4
+  c.rl.iterations = 8
+  c.eval.splits = ("valid_unseen",)
+  c.env.num_tasks = {"train": 80, "valid_seen": 8, "valid_unseen": 16}
+  c.eval.max_episodes = 0  # all 16 held-out puzzles, after the warm start and at the end

@@ -196,7 +196,11 @@ def oracle_skill(info: dict, won: bool) -> tuple[str, str]:
   goal = info.get("goal") or "the task goal"
   task_type = info.get("task_type") or "this"
   plan = [str(a) for a in info.get("expert_plan") or []]
-  order = ", then ".join(plan) if plan else "the shortest admissible sequence of actions"
+  # Steps are numbered as the acting prompts number them ("You are now at step 2"), so a
+  # reader finds the current action by the step it is at rather than by counting the
+  # plan's items (a 135M policy could not count; issue 24).
+  order = (", ".join(f"step {k}: {a}" for k, a in enumerate(plan, start=1)) if plan
+           else "the shortest admissible sequence of actions")
   if won:
     summary = f"The agent achieved '{goal}'."
     skill = (f"For a {task_type} task such as '{goal}', act in this order: {order}; check each "

@@ -145,7 +145,7 @@ def test_oracle_backend_turns_privileged_info_into_valid_skills():
   trajs = [_traj(won=True, info=info), _traj(won=False, info=info), _traj(won=False)]
   reports, stats = an.make_analyzer(an.AnalyzerConfig(backend="oracle")).analyze(trajs)
   assert stats["valid"] == 3 and stats["retries"] == 0
-  assert "go to fridge 1, then cool apple 1 with fridge 1" in reports[0].skill
+  assert "step 1: go to fridge 1, step 2: cool apple 1 with fridge 1" in reports[0].skill
   assert "Do not wander" in reports[1].skill
 
 

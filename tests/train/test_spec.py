@@ -46,6 +46,23 @@ def test_every_config_and_preset_validates(env, preset):
   assert spec.env.name == env and spec.algorithm.name == "seed"
 
 
+@pytest.mark.parametrize("env,preset", [("alfworld", "compare"), ("sokoban", "learn")])
+def test_the_experiment_presets_validate(env, preset):
+  spec = build_run_spec(load(env, preset))
+  assert spec.env.name == env
+
+
+def test_the_learning_preset_gives_every_arm_the_small_model_aids():
+  """configs/sokoban.py:learn: a skill-reading warm start on puzzles RL does not train on,
+  the skill next to the generation, zero-advantage groups out of GRPO's terms; the paper
+  preset has none of them."""
+  learn, paper = load("sokoban", "learn"), load("sokoban")
+  aids = lambda c: (c.bc.enabled, c.bc.skill_fraction, c.bc.disjoint, c.skill_placement,
+                    c.rl.skip_zero_advantage_groups)
+  assert aids(learn) == (True, 1.0, True, "end", True)
+  assert aids(paper) == (False, 0.0, False, "task_line", False)
+
+
 def test_paper_defaults():
   c = load("alfworld")
   assert (c.rl.beta_opd, c.rl.lambda_opd, c.rollout.group_size, c.rollout.tasks_per_batch,

@@ -164,7 +164,7 @@ def test_a_skill_reading_warm_start_adds_steps_with_the_games_oracle_plan(tokeni
   for example in half[8:]:
     prompt = tokenizer.decode(example.prompt_ids)
     game = prompt.split("shelf ")[1][0]  # the game the message is from ...
-    assert f"act in this order: go to shelf {game}, then take mug 1" in prompt  # ... its plan
+    assert f"act in this order: step 1: go to shelf {game}, step 2: take mug 1" in prompt  # ... its plan
     assert "## Episode-Level Skill" in prompt
     target = tokenizer.decode(example.target_ids)
     assert f"turn {target[-10]}" in prompt  # the step's own response
