@@ -52,7 +52,8 @@ def find_weights(path: str) -> Weights:
     ValueError: the path does not exist, holds neither kind of weights, or is a
       checkpoints folder without a committed step; the message says which.
   """
-  folder = epath.Path(os.path.expanduser(path))
+  # Absolute: orbax reads no metadata from a relative step folder.
+  folder = epath.Path(os.path.abspath(os.path.expanduser(path)))
   if not folder.exists():
     raise ValueError(f"no such path {path!r}")
   if any((folder / name).exists() for name in _HF_WEIGHTS):

@@ -137,6 +137,20 @@ def test_a_new_run_starts_from_the_given_weights_with_a_fresh_optimizer(
   trainer.close()
 
 
+def test_a_run_named_relative_to_the_working_directory_is_found_and_read(
+    tiny_model, other_weights, tmp_path, monkeypatch):
+  """`--init=runs/quickstart`, as the README writes it (orbax read no metadata from a
+  relative step folder: AttributeError before the run began)."""
+  _, run = other_weights
+  monkeypatch.chdir(os.path.dirname(run))
+  relative = os.path.basename(run)
+  assert find_weights(relative) == Weights(CHECKPOINT, os.path.join(run, "checkpoints", "0"))
+  trainer = Trainer(tiny_spec(tiny_model, "grpo", init_from=relative, **BARE),
+                    str(tmp_path / "new"))
+  assert same_params(trainer_params(trainer), saved_params(run, 0))
+  trainer.close()
+
+
 def test_a_workdir_with_checkpoints_resumes_from_them_not_from_init_from(
     tiny_model, other_weights, tmp_path):
   hf, _ = other_weights
