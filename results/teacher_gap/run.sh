@@ -8,26 +8,11 @@
 set -euo pipefail
 OUT=results/teacher_gap
 RUNS=${1:-runs/teacher_gap}
-PY=.venv/bin/python
+CONFIG=configs/alfworld.py:cpu
 GAMES=(--config.env.num_games.valid_unseen=16)
-
-warm_start() {  # NAME, then overrides
-  local name=$1; shift
-  if [ -d "$RUNS/$name/checkpoints/0" ]; then return 0; fi
-  /usr/bin/time -f "warm start $name: %e s" -a -o "$OUT/times.txt" \
-    $PY -m seed_jax.main --config=configs/alfworld.py:cpu --workdir="$RUNS/$name" \
-      --config.algorithm=grpo --config.rl.iterations=0 --config.eval.at_end=False \
-      --config.checkpoint.export_hf=False --config.log.plots=False \
-      "${GAMES[@]}" "$@" > "$OUT/$name.bc.log" 2>&1
-}
-
-gap() {  # NAME, INIT ("" = untrained), then overrides
-  local name=$1 init=$2; shift 2
-  if [ -f "$OUT/$name.json" ]; then return 0; fi
-  /usr/bin/time -f "teacher gap $name: %e s" -a -o "$OUT/times.txt" \
-    $PY -m seed_jax.teacher_gap --config=configs/alfworld.py:cpu "${GAMES[@]}" \
-      ${init:+--init=$init} --episodes=8 --json="$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
-}
+WARM_ARGS=("${GAMES[@]}")
+GAP_ARGS=("${GAMES[@]}")
+source results/teacher_gap/common.sh
 
 # Session 29 (a 2-core machine at ~90 GFLOP/s) had time for the skill-reading warm start and
 # its decision gap only; session 30 ordered the rest so that the table before and after the

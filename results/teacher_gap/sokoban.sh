@@ -9,26 +9,11 @@
 set -euo pipefail
 OUT=results/teacher_gap/sokoban
 RUNS=${1:-runs/teacher_gap_sokoban}
-PY=.venv/bin/python
+CONFIG=configs/sokoban.py:cpu
+WARM_ARGS=(--config.bc.episodes=24)
+GAP_ARGS=()
 mkdir -p "$OUT"
-
-warm_start() {  # NAME, then overrides
-  local name=$1; shift
-  if [ -d "$RUNS/$name/checkpoints/0" ]; then return 0; fi
-  /usr/bin/time -f "warm start $name: %e s" -a -o "$OUT/times.txt" \
-    $PY -m seed_jax.main --config=configs/sokoban.py:cpu --workdir="$RUNS/$name" \
-      --config.algorithm=grpo --config.rl.iterations=0 --config.eval.at_end=False \
-      --config.checkpoint.export_hf=False --config.log.plots=False \
-      --config.bc.episodes=24 "$@" > "$OUT/$name.bc.log" 2>&1
-}
-
-gap() {  # NAME, INIT ("" = untrained), then overrides
-  local name=$1 init=$2; shift 2
-  if [ -f "$OUT/$name.json" ]; then return 0; fi
-  /usr/bin/time -f "teacher gap $name: %e s" -a -o "$OUT/times.txt" \
-    $PY -m seed_jax.teacher_gap --config=configs/sokoban.py:cpu ${init:+--init=$init} \
-      --episodes=8 --json="$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
-}
+source results/teacher_gap/common.sh
 
 # The skill-reading warm start (each cloned step shown plain and again with its puzzle's
 # oracle plan at the end of the message), then the untrained model and plain BC beside it.
