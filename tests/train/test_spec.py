@@ -38,18 +38,12 @@ def _field(spec, path):
   return spec
 
 
-@pytest.mark.parametrize("preset", ["", "cpu"])
-@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("env,preset", [(env, preset) for env in ENVS for preset in ("", "cpu")]
+                         + [("alfworld", "compare"), ("sokoban", "learn")])
 def test_every_config_and_preset_validates(env, preset):
   config = load(env, preset)
   spec = build_run_spec(config)
   assert spec.env.name == env and spec.algorithm.name == "seed"
-
-
-@pytest.mark.parametrize("env,preset", [("alfworld", "compare"), ("sokoban", "learn")])
-def test_the_experiment_presets_validate(env, preset):
-  spec = build_run_spec(load(env, preset))
-  assert spec.env.name == env
 
 
 def test_the_learning_preset_gives_every_arm_the_small_model_aids():
