@@ -28,8 +28,22 @@ SUPPORTED_VISION_ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh", "quick_gelu
 DEFAULT_MROPE_SECTION = (16, 24, 24)  # transformers' default when the config has none
 
 
+class _NamedDtypes:
+  """The jnp dtypes of a config's `dtype` (compute) and `param_dtype` (storage) names."""
+  dtype: str
+  param_dtype: str
+
+  @property
+  def jnp_dtype(self):
+    return DTYPES[self.dtype]
+
+  @property
+  def jnp_param_dtype(self):
+    return DTYPES[self.param_dtype]
+
+
 @dataclasses.dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(_NamedDtypes):
   """Shape and numerics of the Qwen2.5-VL vision tower (defaults: Qwen2.5-VL-3B/7B).
 
   `window_size` is in pixels: 112 px = 8 patches of 14 = 4 merged tokens per window side.
@@ -96,14 +110,6 @@ class VisionConfig:
     """Window side in merged tokens (transformers' `vit_merger_window_size`)."""
     return self.window_size // self.spatial_merge_size // self.patch_size
 
-  @property
-  def jnp_dtype(self):
-    return DTYPES[self.dtype]
-
-  @property
-  def jnp_param_dtype(self):
-    return DTYPES[self.param_dtype]
-
   def replace(self, **changes) -> VisionConfig:
     return dataclasses.replace(self, **changes)
 
@@ -168,7 +174,7 @@ def mrope_section_from_hf(hf: dict[str, Any]) -> tuple[int, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_NamedDtypes):
   """Shape and numerics of a decoder-only transformer.
 
   `dtype` is the activation/compute dtype, `param_dtype` the storage dtype of weights.
@@ -278,14 +284,6 @@ class ModelConfig:
     if not self.lora_rank or target not in self.lora_targets:
       return 0.0
     return self.lora_alpha / self.lora_rank
-
-  @property
-  def jnp_dtype(self):
-    return DTYPES[self.dtype]
-
-  @property
-  def jnp_param_dtype(self):
-    return DTYPES[self.param_dtype]
 
   @property
   def eos_token_ids(self) -> tuple[int, ...]:

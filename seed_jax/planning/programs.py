@@ -65,12 +65,8 @@ def _round_up(value: int, multiple: int) -> int:
 def rl_batch_shapes(spec: RunSpec, mesh: LogicalMesh) -> dict[str, jax.ShapeDtypeStruct]:
   """The largest mini-batch the RL step sees: `rl.mini_batch_size` rows, prompts at their
   longest buckets (`seed.batch.build_batch`), `batch.response_len` response tokens."""
-  b = spec.batch
-  rows, resp = _round_up(spec.rl.mini_batch_size, mesh.batch_shards), b.response_len
-  student = min(_round_up(spec.rollout.max_prompt_tokens, b.prompt_bucket), b.max_prompt_len)
-  teacher = b.max_prompt_len
-  if b.shared_prompt_len:
-    student = teacher = max(student, teacher)
+  rows, resp = _round_up(spec.rl.mini_batch_size, mesh.batch_shards), spec.batch.response_len
+  student, teacher = _prompt_widths(spec)
   f32 = jnp.float32
   arrays = {"student_tokens": ((rows, student + resp), jnp.int32),
             "student_mask": ((rows, student + resp), jnp.bool_),
@@ -89,6 +85,16 @@ def rl_batch_shapes(spec: RunSpec, mesh: LogicalMesh) -> dict[str, jax.ShapeDtyp
   return _rows(mesh, arrays)
 
 
+def _prompt_widths(spec: RunSpec) -> tuple[int, int]:
+  """(P, P_teacher) of a row at their longest buckets (`seed.batch.build_batch`)."""
+  b = spec.batch
+  student = min(_round_up(spec.rollout.max_prompt_tokens, b.prompt_bucket), b.max_prompt_len)
+  teacher = b.max_prompt_len
+  if b.shared_prompt_len:
+    student = teacher = max(student, teacher)
+  return student, teacher
+
+
 def _packed_shapes(arrays: dict, k: int, resp: int, shards: int) -> dict:
   """The row shapes as `rl.pack_rows = k` packs them (`seed_jax.seed.packing`), at their
   worst: k turns of the longest row in each of `rows / k` sequences, every response slot
@@ -97,10 +103,9 @@ def _packed_shapes(arrays: dict, k: int, resp: int, shards: int) -> dict:
   sequences = _round_up(-(-rows // k), shards)
   slots = _round_up(k * resp, packing.RESPONSE_SLOT_BUCKET)
   out = {}
-  for key, (shape, dtype) in arrays.items():
-    side = key.split("_")[0]
+  for key, (shape, _) in arrays.items():
     if key.endswith("_tokens"):
-      width = k * shape[1]
+      side, width = key.split("_")[0], k * shape[1]
       out[key] = ((sequences, width), jnp.int32)
       out[f"{side}_segments"] = out[f"{side}_positions"] = ((sequences, width), jnp.int32)
       out[f"{side}_predict"] = ((sequences, slots), jnp.int32)
@@ -284,14 +289,13 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
   score_rows = spec.rl.micro_batch_size  # Trainer.score_rows: a micro-batch at a time
   # Scoring reads padded rows in either layout (packing is the step's).
   resp = spec.batch.response_len
-  student_len = rl_batch_shapes(dataclasses.replace(
-      spec, rl=dataclasses.replace(spec.rl, pack_rows=0)), mesh)["student_tokens"].shape[1]
+  student_len, teacher_len = (width + resp for width in _prompt_widths(spec))
   for name, key, used in (("score_teacher", "teacher", spec.rl.opd and
                            spec.train_step.teacher_mode == "precomputed"),
                           ("score_reference", "student", spec.rl.kl)):
     if not used:
       continue
-    length = (spec.batch.max_prompt_len + resp if key == "teacher" else student_len)
+    length = teacher_len if key == "teacher" else student_len
     tokens = _rows(mesh, {"tokens": ((score_rows, length), jnp.int32),
                           "mask": ((score_rows, length), jnp.bool_)})
 
