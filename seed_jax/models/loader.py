@@ -1,7 +1,8 @@
 """One entry point to get a model and its tokenizer: `load_model(name_or_path)`.
 
-Accepts the name of an embedded model ("smollm2-135m-instruct"), a local HF folder
-(config.json + safetensors + tokenizer files) or a `.gguf` file. Never uses the network.
+Accepts the name of an embedded model ("smollm2-135m-instruct", or the generated
+"tiny-random-qwen2.5-vl": `seed_jax.models.embedded`), a local HF folder (config.json +
+safetensors + tokenizer files) or a `.gguf` file. Never uses the network.
 A Qwen2.5-VL folder (`model_type` "qwen2_5_vl") gives a `VisionLanguageModel`.
 Model shapes (`seed_jax.models.shapes`) name architectures without weights: they have a
 config (`model_config`) but cannot be loaded.
@@ -27,7 +28,7 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 def resolve_model_path(name_or_path: str) -> str:
-  """An embedded model's converted folder, or the given path if it exists."""
+  """An embedded model's folder (made on first use), or the given path if it exists."""
   if name_or_path in EMBEDDED_MODELS:
     return embedded_model_dir(name_or_path)
   if name_or_path in MODEL_SHAPES:

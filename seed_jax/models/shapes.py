@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from seed_jax.models.config import ModelConfig
-from seed_jax.models.embedded import EMBEDDED_MODELS, embedded_gguf_path
+from seed_jax.models.embedded import EMBEDDED_MODELS, embedded_model_config
 
 SHAPES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shapes")
 
@@ -65,10 +65,9 @@ def model_config(name_or_path: str, **overrides) -> ModelConfig:
   """
   if name_or_path in MODEL_SHAPES:
     return shape_config(name_or_path, **overrides)
-  # An embedded model's config comes from its GGUF file: the converted folder that
-  # load_model uses is written from that same config, and may not exist yet.
-  path = (embedded_gguf_path(name_or_path) if name_or_path in EMBEDDED_MODELS
-          else existing_model_path(name_or_path))
+  if name_or_path in EMBEDDED_MODELS:  # its folder may not exist yet
+    return embedded_model_config(name_or_path, **overrides)
+  path = existing_model_path(name_or_path)
   if path.endswith(".gguf"):
     # Imported here: reading GGUF needs the gguf package, HF folders do not.
     from seed_jax.models.gguf_io import read_gguf  # pylint: disable=import-outside-toplevel

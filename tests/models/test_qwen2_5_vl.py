@@ -25,6 +25,7 @@ from PIL import Image
 from seed_jax import plan as plan_lib
 from seed_jax.models import ModelConfig, Transformer, export_hf, load_model, shape_config
 from seed_jax.models.shapes import shape_hf_dict
+from seed_jax.models.tiny_vlm import add_vision_tokens
 from seed_jax.models.vision import ImageProcessorConfig, preprocess_images
 from seed_jax.models.vision_language import (ImageInputs, VisionLanguageModel, build_model,
                                              chat_prompt_with_images, concat_image_inputs,
@@ -39,21 +40,10 @@ from transformers.models.qwen2_vl import (  # pylint: disable=wrong-import-posit
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOL = 1e-4  # max abs logit difference in float32
 
-VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-# Appended to SmolLM2's 49,152 tokens, in this order.
+# Qwen's vision tokens appended to SmolLM2's 49,152 tokens, in this order
+# (seed_jax.models.tiny_vlm.add_vision_tokens, with its Qwen2-VL chat template).
 VISION_START, VISION_END, IMAGE, VIDEO = 49152, 49153, 49154, 49155
 EOS, PAD = 2, 0  # SmolLM2's <|im_end|>, <|endoftext|>
-
-# Qwen2-VL's chat template, cut to what these tests use (no video, no vision ids).
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
-    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}"
-    "<|im_end|>\n{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 VISION = dict(depth=2, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=48,
               patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
@@ -86,10 +76,7 @@ def checkpoint(tmp_path_factory, embedded_dir):
   folder = tmp_path_factory.mktemp("qwen2_5_vl")
   model.save_pretrained(folder)
   tokenizer = transformers.AutoTokenizer.from_pretrained(embedded_dir)
-  tokenizer.add_special_tokens({"additional_special_tokens": VISION_TOKENS})
-  assert tokenizer.convert_tokens_to_ids(VISION_TOKENS) == [VISION_START, VISION_END, IMAGE,
-                                                            VIDEO]
-  tokenizer.chat_template = CHAT_TEMPLATE
+  assert add_vision_tokens(tokenizer) == [VISION_START, VISION_END, IMAGE, VIDEO]
   tokenizer.save_pretrained(folder)
   hf_pil.Qwen2VLImageProcessorPil(**PIXELS).save_pretrained(folder)
   return str(folder), model, tokenizer
