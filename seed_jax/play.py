@@ -57,14 +57,18 @@ def model_policy(env_module, config, model: str, seed: int, temperature: float,
                  max_new_tokens: int, max_cache_len: int = 4096) -> Policy:
   """The training rollouts' model policy (`seed_jax.train.rollout.ModelPolicy`: same
   prompts, sampler and parsing; a malformed response is an invalid no-op)."""
-  from seed_jax.sampling.sampler import sampler_for  # pylint: disable=g-import-not-at-top
-  from seed_jax.train import rollout  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from seed_jax.agent.prompts import PromptEncoder
+  from seed_jax.models import resolve_model_path
+  from seed_jax.sampling.sampler import sampler_for
+  from seed_jax.train import rollout
   sampler = sampler_for(model, max_cache_len=max_cache_len)
+  encoder = PromptEncoder.for_model(sampler.tokenizer, sampler.cfg,
+                                    resolve_model_path(model) if sampler.cfg.vision else None)
   spec = rollout.RolloutSpec(max_turns=config.max_steps, temperature=temperature,
                              max_new_tokens=max_new_tokens,
                              max_prompt_tokens=max_cache_len - max_new_tokens)
-  return rollout.ModelPolicy(sampler, sampler.tokenizer, env_module.make_agent_format(config),
-                             spec, seed)
+  return rollout.ModelPolicy(sampler, encoder, env_module.make_agent_format(config), spec, seed)
 
 
 def make_policy(policy_name: str, env_module, config, seed: int, model: str = "",

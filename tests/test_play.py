@@ -9,6 +9,7 @@ import pytest
 from absl import flags
 
 from seed_jax import play
+from seed_jax.models import ModelConfig
 from seed_jax.sampling.sampler import SampleOutput
 
 SOKOBAN = ["max_steps=15"]
@@ -69,6 +70,7 @@ class _AlwaysUp:
   """Stands in for a model: writes a well-formed "up" to every prompt."""
 
   tokenizer = _Tokenizer()
+  cfg = ModelConfig.tiny()  # a text model
 
   def __init__(self):
     self.calls = 0

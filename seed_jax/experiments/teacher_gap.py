@@ -35,6 +35,7 @@ import numpy as np
 
 from seed_jax.agent.loop import Decision, Episode, run_episodes
 from seed_jax.agent.policies import expert_policy
+from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed.batch import build_batch
 from seed_jax.seed.continuations import (candidate_probabilities, continuation_logprobs,
@@ -96,8 +97,10 @@ def oracle_and_control_skills(demos) -> dict[str, dict[str, str | None]]:
 
 
 def prompt_ids(tokenizer, fmt, message: str, skill: str | None, placement: str) -> list[int]:
-  """The plain prompt's ids (`skill` None) or H's with the skill."""
-  return skill_prompt_ids(tokenizer, message, skill, fmt.task_line_pattern, placement)[1]
+  """The plain prompt's ids (`skill` None) or H's with the skill (text envs: the decision
+  points are scored on text prompts)."""
+  return skill_prompt_ids(PromptEncoder(tokenizer), message, skill, fmt.task_line_pattern,
+                          placement)[1]
 
 
 def decision_probabilities(score_fn, params, tokenizer, fmt, points: Sequence[DecisionPoint],
@@ -131,11 +134,9 @@ def token_deltas(trainer, trajs, skills_by_source: dict[str, dict[str, str | Non
     batch, _ = build_batch(trajs, config, with_teacher=True)
     resp_len = batch["response_mask"].shape[1]
     if student is None:
-      student = trainer.score_rows(params, batch["student_tokens"], batch["student_mask"],
-                                   resp_len)
+      student = trainer.score_rows(params, batch, "student")
       action = response_action_masks(trajs, resp_len, trainer.tokenizer, len(student))
-    teacher = trainer.score_rows(params, batch["teacher_tokens"], batch["teacher_mask"],
-                                 resp_len)
+    teacher = trainer.score_rows(params, batch, "teacher")
     active = (batch["response_mask"] * batch["opd_mask"][:, None]) > 0
     delta = (teacher - student).astype(np.float64)
     out[source] = {"action": delta[active & action], "rest": delta[active & ~action]}

@@ -91,6 +91,23 @@ def scatter_image_rows(embeddings: jax.Array, is_image: jax.Array, image_rows: j
   return jnp.where(is_image[..., None], gathered.reshape(embeddings.shape), embeddings)
 
 
+def scatter_row_images(embeddings: jax.Array, is_image: jax.Array, row_images: jax.Array
+                       ) -> jax.Array:
+  """Each row's `k`-th placeholder replaced by `row_images[row, k]`: one image per row
+  (the train step's turn rows), so every row reads only its own image rows and the
+  scatter stays local to a batch shard.
+
+  Args:
+    embeddings: `[B, T, E]`. is_image: `[B, T]` bool, each row holding n placeholders or
+      none (a padding row). row_images: `[B, n, E]`.
+  Returns:
+    `[B, T, E]`.
+  """
+  index = jnp.clip(jnp.cumsum(is_image, axis=1) - 1, 0, row_images.shape[1] - 1)  # [B, T]
+  gathered = jnp.take_along_axis(row_images, index[..., None], axis=1)
+  return jnp.where(is_image[..., None], gathered.astype(embeddings.dtype), embeddings)
+
+
 class VisionLanguageModel(nnx.Module):
   """Qwen2.5-VL: `tower` (a `VisionTower`) and `text` (the `Transformer` decoder, whose
   attention applies M-RoPE for `[3, B, T]` positions). `cfg` is the text model's config,
@@ -108,20 +125,44 @@ class VisionLanguageModel(nnx.Module):
     self.tower = tower if tower is not None else VisionTower(cfg.vision, rngs=rngs)
     self.text = text if text is not None else Transformer(cfg, rngs=rngs)
 
-  def embed(self, tokens: jax.Array, images: ImageInputs | None = None) -> jax.Array:
-    """`[B, T]` ids -> `[B, T, E]` input embeddings: the token embeddings, with the tower's
-    rows for `images` in place of the `cfg.image_token_id` placeholders."""
+  def embed(self, tokens: jax.Array, images: ImageInputs | None = None,
+            row_images: jax.Array | None = None) -> jax.Array:
+    """`[B, T]` ids -> `[B, T, E]` input embeddings: the token embeddings, with image rows
+    in place of the `cfg.image_token_id` placeholders: the tower's rows for `images` (any
+    images, in placeholder order over the batch), or `row_images` `[B, n, E]`
+    (`encode_row_images`: one image per row, already encoded)."""
     x = self.text.embed_tokens(tokens)
+    is_image = tokens == self.cfg.image_token_id
+    if row_images is not None:
+      return scatter_row_images(x, is_image, row_images)
     if images is None:
       return x
     rows = self.tower(jnp.asarray(images.pixel_values), images.grids)
-    return scatter_image_rows(x, tokens == self.cfg.image_token_id, rows.astype(x.dtype))
+    return scatter_image_rows(x, is_image, rows.astype(x.dtype))
+
+  def encode_row_images(self, patches: jax.Array) -> jax.Array:
+    """The tower over one image per row, each on its own (its attention stays within
+    the image; concatenating the rows would make the tower's dense attention quadratic
+    in the batch).
+
+    Args:
+      patches: `[B, h, w, C*T*P*P]` every row's image patches in the processor's order,
+        held `[h, w]` so that the shape is the grid `(1, h, w)`.
+    Returns:
+      `[B, h * w / merge^2, E]` in the compute dtype.
+    """
+    batch, h, w, dim = patches.shape
+    graphdef, state = nnx.split(self.tower)
+    encode = lambda p: nnx.merge(graphdef, state)(p, ((1, h, w),))
+    return jax.vmap(encode)(patches.reshape(batch, h * w, dim))
 
   def __call__(self, tokens: jax.Array, positions: jax.Array, attention_mask: jax.Array,
-               images: ImageInputs | None = None) -> jax.Array:
-    """`Transformer.__call__` with `images` in the prompts: positions `[3, B, T]` from
-    `multimodal_positions` then (`[B, T]` is fine for text-only rows). -> `[B, T, E]`."""
-    return self.text.forward_embeddings(self.embed(tokens, images), positions,
+               images: ImageInputs | None = None, row_images: jax.Array | None = None
+               ) -> jax.Array:
+    """`Transformer.__call__` with images in the prompts (`embed`): positions
+    `[3, B, T]` from `multimodal_positions` then (`[B, T]` is fine for text-only rows).
+    -> `[B, T, E]`."""
+    return self.text.forward_embeddings(self.embed(tokens, images, row_images), positions,
                                         attention_mask)[0]
 
   def forward_with_cache(self, tokens: jax.Array, positions: jax.Array, kv_mask: jax.Array,
@@ -194,22 +235,37 @@ def expand_image_tokens(ids: Sequence[int], counts: Sequence[int], image_token_i
   return out
 
 
-def chat_prompt_with_images(tokenizer, cfg: ModelConfig, processor: ImageProcessorConfig,
-                            images: Sequence, text: str) -> tuple[list[int], ImageInputs]:
-  """One user message holding `images` then `text`, in the tokenizer's chat template with
-  the generation prompt, as transformers' Qwen2.5-VL processor builds it from
-  `[{"type": "image"}, ..., {"type": "text", "text": text}]`.
+def chat_ids_with_images(tokenizer, cfg: ModelConfig, parts: Sequence[str | ImageInputs],
+                         system: str | None = None) -> list[int]:
+  """One user message of `parts` (text and images, in order) in the tokenizer's chat
+  template with the generation prompt, each image's placeholder repeated for the tokens
+  the tower makes of it: what transformers' Qwen2.5-VL processor builds from the content
+  items `{"type": "text", ...}` / `{"type": "image"}`. `system`: a system message first.
 
   Args:
     tokenizer: a `seed_jax.models.tokenizer.Tokenizer` whose template renders an image
       content item as `<|vision_start|><|image_pad|><|vision_end|>` (Qwen2-VL's does).
+    parts: strings and `ImageInputs` of one image each (`preprocess_images`).
+  """
+  content = [{"type": "text", "text": p} if isinstance(p, str) else {"type": "image"}
+             for p in parts]
+  messages = [{"role": "user", "content": content}]
+  if system is not None:
+    messages.insert(0, {"role": "system", "content": system})
+  counts = [n for p in parts if not isinstance(p, str)
+            for n in image_token_counts(p.grids, cfg.vision.spatial_merge_size)]
+  return expand_image_tokens(tokenizer.encode(tokenizer.apply_chat_template(messages)), counts,
+                             cfg.image_token_id)
+
+
+def chat_prompt_with_images(tokenizer, cfg: ModelConfig, processor: ImageProcessorConfig,
+                            images: Sequence, text: str) -> tuple[list[int], ImageInputs]:
+  """One user message holding `images` then `text` (`chat_ids_with_images`).
+
+  Args:
     images: PIL images or uint8 arrays `[H, W, 3]`, sized by `processor`.
   Returns:
-    (prompt ids, the prompt's `ImageInputs`).
+    (prompt ids, the prompt's `ImageInputs`; None without images).
   """
-  content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
-  rendered = tokenizer.apply_chat_template([{"role": "user", "content": content}])
-  pixel_values, grids = preprocess_images(list(images), processor)
-  counts = image_token_counts(grids, cfg.vision.spatial_merge_size)
-  ids = expand_image_tokens(tokenizer.encode(rendered), counts, cfg.image_token_id)
-  return ids, ImageInputs(pixel_values, grids)
+  each = [ImageInputs(*preprocess_images([image], processor)) for image in images]
+  return chat_ids_with_images(tokenizer, cfg, [*each, text]), concat_image_inputs(each)

@@ -303,7 +303,7 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
       flops = forward_flops(cfg, score_rows, length, resp)
       return _program_plan(
           name, f"{score_rows} x {length}",
-          *_compile(score.lower(params, tokens["tokens"], tokens["mask"], resp)),
+          *_compile(score.lower(params, tokens, resp)),
           inputs=(params, tokens), held=state_bytes - param_bytes + ref_bytes,
           model_flops=flops, hardware_flops=flops, tokens=score_rows * length)
 

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from seed_jax.checks import non_negative, one_of, positive_int, require
+from seed_jax.models.vision.mrope import mrope_position_ids
 from seed_jax.seed import advantages as adv_lib
 from seed_jax.seed.advantages import ADVANTAGE_MODES
 
@@ -33,6 +34,9 @@ class StepRecord:
       trajectory has no valid skill (the row then takes no part in OPD).
     observation, response_text: text for the analyzer prompt.
     prompt_text: the user message h_t before the chat template (H inserts the skill in it).
+    image: the turn's image as the model read it (an `ImageInputs` of one image), for an
+      env that shows images; the prompt ids hold its vision tokens, and the teacher
+      prompt the same ones.
   """
   prompt_ids: Sequence[int]
   response_ids: Sequence[int]
@@ -42,6 +46,7 @@ class StepRecord:
   observation: str = ""
   response_text: str = ""
   prompt_text: str = ""
+  image: Any = None
 
 
 @dataclasses.dataclass
@@ -88,6 +93,9 @@ class BatchConfig:
       alike) carries no outcome signal; its rows get `outcome_mask` 0, which takes them out
       of the policy-gradient, entropy and KL terms and their token counts (DAPO's dynamic
       sampling, without resampling). The OPD term keeps them.
+    image_token_id, spatial_merge_size: a vision-language model's image placeholder id and
+      merge size (`ModelConfig.image_token_id`, `cfg.vision.spatial_merge_size`): rows of
+      steps that show an image get its patches and multimodal positions.
   """
   response_len: int = 512
   prompt_bucket: int = 128
@@ -100,6 +108,8 @@ class BatchConfig:
   norm_by_std: bool = True
   eps: float = 1e-6
   skip_zero_advantage_groups: bool = False
+  image_token_id: int | None = None
+  spatial_merge_size: int = 2
 
   def __post_init__(self):
     require(self, ("response_len", "prompt_bucket", "max_prompt_len", "rows_multiple"),
@@ -142,7 +152,13 @@ def build_batch(
       response_mask float32 `[B, R]`, old_logprobs float32 `[B, R]`,
       advantages float32 `[B]`, opd_mask float32 `[B]` (1 where the row has a skill),
       outcome_mask float32 `[B]` (1 where the row's outcome terms count; see
-      `BatchConfig.skip_zero_advantage_groups`), and with_teacher: teacher_tokens int32 `[B, Tt]`, teacher_mask bool `[B, Tt]`.
+      `BatchConfig.skip_zero_advantage_groups`), and with_teacher: teacher_tokens int32
+      `[B, Tt]`, teacher_mask bool `[B, Tt]`.
+      Steps that show an image (`StepRecord.image`; then every step does, with one grid
+      `(1, h, w)`) add `image_patches` float32 `[B, h, w, D]` (each row's image, zeros in
+      padding rows; the student and teacher rows of a step read the same one) and
+      multimodal positions int32 `student_positions [B, 3, Ts]` (and
+      `teacher_positions [B, 3, Tt]`).
     stats: row, padding, truncation and OPD counts.
   """
   step_adv = adv_lib.step_advantages(
@@ -216,7 +232,48 @@ def build_batch(
   out["student_mask"][len(steps):, -1] = True
   if with_teacher:
     out["teacher_mask"][len(steps):, -1] = True
+  images = [step.image for step, _, _ in steps]
+  if any(image is not None for image in images):
+    out.update(_image_rows(out, images, cfg))
   return out, stats
+
+
+def _image_rows(out: dict[str, np.ndarray], images: Sequence, cfg: BatchConfig
+                ) -> dict[str, np.ndarray]:
+  """Each row's image patches `[B, h, w, D]` and the rows' multimodal positions
+  `[B, 3, T]` (`build_batch`). Raises ValueError naming the step when the images are not
+  one per step with one grid, or a row lost image tokens to `max_prompt_len`."""
+  if cfg.image_token_id is None:
+    raise ValueError("the steps show images but BatchConfig.image_token_id is not set "
+                     "(the model's ModelConfig.image_token_id)")
+  grids = {tuple(image.grids) if image is not None else None for image in images}
+  if len(grids) != 1 or None in grids or len(next(iter(grids))) != 1:
+    raise ValueError(f"every step must show exactly one image of one size; the steps' image "
+                     f"grids are {sorted(map(str, grids))}")
+  (grid,) = next(iter(grids))
+  frames, h, w = grid
+  if frames != 1:
+    raise ValueError(f"image grid {grid}: one frame per image expected")
+  num_rows = out["advantages"].shape[0]
+  patches = np.zeros((num_rows, h, w, images[0].pixel_values.shape[-1]), np.float32)
+  for row, image in enumerate(images):
+    patches[row] = np.asarray(image.pixel_values, np.float32).reshape(h, w, -1)
+  rows = {"image_patches": patches}
+  for side in ("student", "teacher"):
+    if f"{side}_tokens" not in out:
+      continue
+    tokens, mask = out[f"{side}_tokens"], out[f"{side}_mask"]
+    per_row = np.sum(tokens == cfg.image_token_id, axis=1)
+    expected = h * w // cfg.spatial_merge_size ** 2
+    short = np.flatnonzero(per_row[:len(images)] != expected)
+    if len(short):
+      raise ValueError(f"{side} row {short[0]} holds {per_row[short[0]]} image tokens of "
+                       f"{expected}: batch.max_prompt_len cut its prompt; raise it")
+    positions, _ = mrope_position_ids(tokens, mask, [grid] * len(images),
+                                      image_token_id=cfg.image_token_id,
+                                      spatial_merge_size=cfg.spatial_merge_size)
+    rows[f"{side}_positions"] = positions.transpose(1, 0, 2).astype(np.int32)
+  return rows
 
 
 def zero_advantage_groups(group_ids: Sequence, step_advantages: Sequence[Sequence[float]],

@@ -101,6 +101,8 @@ def response_logprobs(
     attention_mask: Array,
     response_len: int,
     chunk_size: int = 128,
+    positions: Array | None = None,
+    row_images: Array | None = None,
 ) -> tuple[Array, Array]:
   """Run `model` over full rows and score the response tokens.
 
@@ -110,10 +112,21 @@ def response_logprobs(
     tokens: int32 `[B, T]`, rows laid out as prompt (left-padded) ++ response.
     attention_mask: bool `[B, T]`.
     response_len: R, static; the last R positions are the response.
+    positions: int32 `[B, 3, T]` multimodal positions of rows with images; None: the
+      rows' token positions (`positions_from_mask`).
+    row_images: `[B, n, E]` each row's encoded image, placed at its image tokens (a
+      `VisionLanguageModel`'s `encode_row_images`).
   Returns:
     (logprobs, entropy): float32 `[B, R]` each.
   """
-  hidden = model(tokens, positions_from_mask(attention_mask), attention_mask)
+  if positions is None:
+    positions = positions_from_mask(attention_mask)
+  else:
+    positions = jnp.moveaxis(positions, 1, 0)  # [3, B, T], as the model reads them
+  if row_images is None:
+    hidden = model(tokens, positions, attention_mask)
+  else:
+    hidden = model(tokens, positions, attention_mask, row_images=row_images)
   prompt_len = tokens.shape[1] - response_len
   predicting = hidden[:, prompt_len - 1:-1]  # [B, R, D]
   return chunked_token_logprobs(model.unembed, predicting, tokens[:, prompt_len:], chunk_size)

@@ -20,8 +20,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from seed_jax.models.tokenizer import chat_prompt_ids
-
 MIN_SKILL_WORDS = 5
 
 SKILL_HEADER = "## Episode-Level Skill"
@@ -92,14 +90,20 @@ def augment_prompt(prompt: str, skill: str, task_line_pattern: str,
                          end=start + len(block))
 
 
-def skill_prompt_ids(tokenizer, message: str, skill: str | None, task_line_pattern: str,
-                     placement: str = "task_line") -> tuple[str, list[int]]:
+def skill_prompt_ids(encoder, message: str, skill: str | None, task_line_pattern: str,
+                     placement: str = "task_line", image=None) -> tuple[str, list[int]]:
   """H(h_t, s) through the chat template: (the augmented user message, its prompt ids);
   with `skill` None, the plain message and its ids.
 
   The one way a skill reaches a prompt (the OPD teacher, Skill-GRPO's acting prompt, the
-  skill-reading warm start, `seed_jax.teacher_gap`)."""
+  skill-reading warm start, `seed_jax.teacher_gap`).
+
+  Args:
+    encoder: a `seed_jax.agent.prompts.PromptEncoder` (the policy's tokenizer and images).
+    image: the turn's `ImageInputs`, where the message holds the image placeholder (H
+      edits only the text around it).
+  """
   if skill is None:
-    return message, chat_prompt_ids(tokenizer, message)
+    return message, encoder.chat_ids(message, image=image)
   augmented = augment_prompt(message, skill, task_line_pattern, placement)
-  return augmented.text, chat_prompt_ids(tokenizer, augmented.text, augmented.system)
+  return augmented.text, encoder.chat_ids(augmented.text, augmented.system, image)

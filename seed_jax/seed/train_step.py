@@ -17,7 +17,9 @@ The reference model is never held by the step: when `kl_coef > 0` the batch carr
 Batch (from batch.py; B rows, Ts = P + R): student_tokens / student_mask `[B, Ts]`,
 response_mask / old_logprobs `[B, R]`, advantages / opd_mask `[B]`, and as needed
 teacher_tokens / teacher_mask `[B, Tt]` (Tt = Ts in "joint" mode, which concatenates the
-rows), teacher_logprobs `[B, R]`, ref_logprobs `[B, R]`. Or the same turns packed into
+rows), teacher_logprobs `[B, R]`, ref_logprobs `[B, R]`; rows that show images add
+image_patches `[B, h, w, D]` (one image per row, encoded once for both sides) and
+student_positions / teacher_positions `[B, 3, T]` (multimodal RoPE). Or the same turns packed into
 sequences (`seed_jax.seed.packing`: `*_segments`, `*_positions`, `*_predict`, every
 response quantity `[N, Rp]`), which the step reads alike: its loss is a sum over tokens.
 """
@@ -128,42 +130,56 @@ def trainable_value_and_grad(loss_fn: Callable, has_aux: bool = False) -> Callab
   return value_and_grad
 
 
-def _score(graphdef, params, tokens, mask, response_len, chunk):
-  model = nnx.merge(graphdef, params)
-  return response_logprobs(model, tokens, mask, response_len, chunk)
-
-
 _PACKED_PARTS = ("tokens", "segments", "positions", "predict")
 # The teacher's model inputs, in either layout: dropped from the batch unless the "joint"
 # step runs the teacher inside the differentiated forward.
 _TEACHER_INPUTS = tuple(f"teacher_{part}" for part in ("mask",) + _PACKED_PARTS)
 
 
-def _rows(batch: Batch, side: str) -> dict[str, jax.Array]:
+def side_inputs(batch: Batch, side: str) -> dict[str, jax.Array]:
   """The model inputs of one side ("student" or "teacher") of either layout: `tokens` and
-  `mask` of rows, or the four arrays of packed sequences (`seed_jax.seed.packing`)."""
-  parts = _PACKED_PARTS if f"{side}_segments" in batch else ("tokens", "mask")
+  `mask` of rows (with `positions [B, 3, T]` when the rows show images), or the four
+  arrays of packed sequences (`seed_jax.seed.packing`). A row's image patches are the
+  batch's `image_patches`, the same for both sides (`row_images`)."""
+  if f"{side}_segments" in batch:
+    parts = _PACKED_PARTS
+  else:
+    parts = ("tokens", "mask") + (("positions",) if f"{side}_positions" in batch else ())
   return {part: batch[f"{side}_{part}"] for part in parts}
 
 
-def _score_side(graphdef, params, rows: dict[str, jax.Array], response_len: int, chunk: int
-                ) -> tuple[jax.Array, jax.Array]:
-  """(logprobs, entropy) `[B, R]` of the response tokens of `_rows`' output."""
-  if "segments" not in rows:
-    return _score(graphdef, params, rows["tokens"], rows["mask"], response_len, chunk)
-  model = nnx.merge(graphdef, params)
-  return packed_response_logprobs(model, *(rows[part] for part in _PACKED_PARTS), chunk)
+def row_images(model, batch: Batch) -> jax.Array | None:
+  """`[B, n, E]` the tower's rows of each row's image (`image_patches [B, h, w, D]`),
+  encoded once for the student and the teacher rows that show it; None without images."""
+  if "image_patches" not in batch:
+    return None
+  return model.encode_row_images(batch["image_patches"])
+
+
+def _score_side(model, inputs: dict[str, jax.Array], response_len: int, chunk: int,
+                images: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+  """(logprobs, entropy) `[B, R]` of the response tokens of `side_inputs`' output, with
+  `images` (`row_images`) in the rows' image placeholders."""
+  if "segments" in inputs:
+    return packed_response_logprobs(model, *(inputs[part] for part in _PACKED_PARTS), chunk)
+  return response_logprobs(model, inputs["tokens"], inputs["mask"], response_len, chunk,
+                           positions=inputs.get("positions"), row_images=images)
 
 
 def make_score_fn(graphdef, chunk: int = 128, mesh: LogicalMesh | Mesh | None = None
                   ) -> Callable:
-  """Jitted `(params, tokens [B, T], mask [B, T], response_len) -> logprobs [B, R]`.
+  """Jitted `(params, inputs, response_len) -> logprobs [B, R]`: `inputs` holds the rows'
+  `tokens` / `mask` `[B, T]`, and for rows that show images their `positions [B, 3, T]`
+  and `image_patches [B, h, w, D]` (`side_inputs` of one side plus the patches).
 
   For the once-per-iteration teacher ("precomputed") and reference log-probs.
   """
-  jitted = jax.jit(lambda p, t, m, r: _score(graphdef, p, t, m, r, chunk)[0],
-                   static_argnums=3)
-  return in_mesh(jitted, mesh)
+
+  def score(params, inputs, response_len):
+    model = nnx.merge(graphdef, params)
+    return _score_side(model, inputs, response_len, chunk, row_images(model, inputs))[0]
+
+  return in_mesh(jax.jit(score, static_argnums=2), mesh)
 
 
 def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
@@ -178,13 +194,17 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
   def micro_batch_loss(params, mb, teacher_lp, tokens, opd_tokens):
     resp_len = mb["response_mask"].shape[1]
     rows = mb["student_tokens"].shape[0]
-    student = _rows(mb, "student")
+    model = nnx.merge(graphdef, params)
+    student, images = side_inputs(mb, "student"), row_images(model, mb)
     if teacher_lp is None and "teacher_tokens" in mb:  # joint
-      both = jax.tree.map(lambda s, t: jnp.concatenate([s, t]), student, _rows(mb, "teacher"))
-      lp, entropy = _score_side(graphdef, params, both, resp_len, chunk)
+      concat = lambda s, t: jnp.concatenate([s, t])
+      both = jax.tree.map(concat, student, side_inputs(mb, "teacher"))
+      # The tower runs once: both halves read the same images.
+      lp, entropy = _score_side(model, both, resp_len, chunk,
+                                None if images is None else concat(images, images))
       lp, entropy, teacher_lp = lp[:rows], entropy[:rows], jax.lax.stop_gradient(lp[rows:])
     else:
-      lp, entropy = _score_side(graphdef, params, student, resp_len, chunk)
+      lp, entropy = _score_side(model, student, resp_len, chunk, images)
     sums = losses.seed_loss_sums(lp, entropy, mb, teacher_lp, mb.get("ref_logprobs"), loss_cfg)
     return losses.total_loss(sums, tokens, opd_tokens, loss_cfg), sums
 
@@ -196,8 +216,11 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
       if cfg.teacher_mode == "precomputed":
         teacher_lp = mb["teacher_logprobs"]
       elif cfg.teacher_mode == "separate":
+        # A no-grad pass: its own tower run (the student's is inside the differentiation).
+        model = nnx.merge(graphdef, params)
         teacher_lp = jax.lax.stop_gradient(_score_side(
-            graphdef, params, _rows(mb, "teacher"), mb["response_mask"].shape[1], chunk)[0])
+            model, side_inputs(mb, "teacher"), mb["response_mask"].shape[1], chunk,
+            row_images(model, mb))[0])
     if not (loss_cfg.lambda_opd and cfg.teacher_mode == "joint"):
       mb = {k: v for k, v in mb.items() if k not in _TEACHER_INPUTS}
     (loss, sums), grads = grad_fn(params, mb, teacher_lp, tokens, opd_tokens)

@@ -14,6 +14,15 @@ The task line, the outcome line and the answer instructions are never cut.
 
 A `Transcript` is the text-only view of a trajectory: what the prompt needs, and what
 stage 1 stores so that SFT prompts can be rebuilt, with the current budget, from disk.
+
+Envs that show the agent images (visual Sokoban, EZPoints) are described, not shown: each
+step's observation is the env's text state (Sokoban's board as text; the EZPoints task
+line names the cards), not the image. Why: the analyzer reads a whole episode, up to 15
+turns, and an image per turn would multiply its prompt (a 3B VLM's board image alone is
+over a hundred tokens) and its decode cost; the env's text is exact where a small VLM's
+reading of pixels is not, and hindsight analysis may read privileged state anyway (the
+oracle reads the expert's plan); and one text format serves stage-1 labels, the policy
+analyzer and every env alike.
 """
 
 from __future__ import annotations

@@ -10,16 +10,18 @@ the token ids and sampler log-probs that the train step re-scores.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from tqdm.auto import tqdm
 
 from seed_jax.agent.loop import (Decision, Episode, book_step, episode_stats, run_episodes,
                                  start_episodes)
+from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.checks import non_negative, positive, positive_int, require
 from seed_jax.envs.agent_format import AgentFormat
 from seed_jax.envs.base import Task
 from seed_jax.models.tokenizer import Tokenizer
+from seed_jax.models.vision_language import ImageInputs
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.sampling.slots import SlotDecoder
 from seed_jax.seed.batch import StepRecord, Trajectory
@@ -54,15 +56,26 @@ class RolloutSpec:
     require(self, "continuous", lambda v: isinstance(v, bool), "True or False")
 
 
+class Prompt(NamedTuple):
+  """One turn's prompt: the user message, its chat ids and the image it shows (or None)."""
+  message: str
+  ids: list[int]
+  image: ImageInputs | None = None
+
+
 class ModelPolicy:
   """A `seed_jax.agent.loop.Policy` that samples every live episode's response in one batch.
 
   Each decision's `record` is the step's `StepRecord` (prompt and response ids, sampler
-  log-probs, validity, texts). `truncated_prompts` counts prompts that still exceeded the
-  budget with no history left and kept only their last tokens.
+  log-probs, validity, texts, the turn's image). `truncated_prompts` counts prompts that
+  still exceeded the budget with no history left and kept only their last tokens.
+
+  A format that `uses_images` shows each turn the env's info["image"] in its prompt
+  (`PromptEncoder`): a vision-language model's `PromptEncoder` must be given.
 
   Args:
-    sampler, tokenizer: the model and its tokenizer.
+    sampler: the model.
+    tokenizer: its `Tokenizer` (text), or its `PromptEncoder` (needed for images).
     fmt: the env family's format (prompts, stop strings, parsing).
     spec: sampling settings and the prompt budget.
     seed: base of the per-turn sampling seeds (turn t samples with `seed * 7919 + t`).
@@ -72,10 +85,15 @@ class ModelPolicy:
     skill_placement: where H puts the skill (`seed_jax.seed.skills.PLACEMENTS`).
   """
 
-  def __init__(self, sampler: Sampler, tokenizer: Tokenizer, fmt: AgentFormat,
+  def __init__(self, sampler: Sampler, tokenizer: Tokenizer | PromptEncoder, fmt: AgentFormat,
                spec: RolloutSpec, seed: int, acting_skills: dict[str, str] | None = None,
                task_skills: dict[str, str] | None = None, skill_placement: str = "task_line"):
-    self.sampler, self.tokenizer, self.fmt, self.spec = sampler, tokenizer, fmt, spec
+    self.encoder = tokenizer if isinstance(tokenizer, PromptEncoder) else PromptEncoder(
+        tokenizer)
+    if getattr(fmt, "uses_images", False) and not self.encoder.sees_images:
+      raise ValueError(f"{type(fmt).__name__} shows the agent images; the policy needs a "
+                       f"vision-language model (config.model.name)")
+    self.sampler, self.fmt, self.spec = sampler, fmt, spec
     self.seed = seed
     self.acting_skills = acting_skills or {}
     self.task_skills = task_skills or {}
@@ -85,40 +103,57 @@ class ModelPolicy:
                                    stop_strings=tuple(fmt.stop_strings))
     self.truncated_prompts = 0
 
-  def fit_prompt(self, episode: Episode) -> tuple[str, list[int]]:
-    """The user message and its chat ids, dropping the oldest history turns until they fit
-    `spec.max_prompt_tokens` (then keeping the last tokens)."""
+  def turn_image(self, episode: Episode) -> ImageInputs | None:
+    """The image the episode's prompt shows this turn (None for a text format)."""
+    if not getattr(self.fmt, "uses_images", False):
+      return None
+    if "image" not in episode.info:
+      raise ValueError(f"{type(self.fmt).__name__} shows images but episode "
+                       f"{episode.traj_id}'s env gave none (info['image'])")
+    return self.encoder.encode_image(episode.info["image"])
+
+  def fit_prompt(self, episode: Episode) -> Prompt:
+    """The user message, its chat ids and the turn's image, dropping the oldest history
+    turns until the ids fit `spec.max_prompt_tokens` (then keeping the last tokens: a
+    prompt with an image must fit whole, since its vision tokens cannot be cut)."""
     task = episode.task
     skill = (self.task_skills[task.task_id] if task.task_id in self.task_skills
              else self.acting_skills.get(task.task_type))
+    image = self.turn_image(episode)
     history = episode.history
     while True:
-      message, ids = skill_prompt_ids(self.tokenizer, episode.user_message(self.fmt, history),
-                                      skill, self.fmt.task_line_pattern, self.skill_placement)
+      message, ids = skill_prompt_ids(self.encoder, episode.user_message(self.fmt, history),
+                                      skill, self.fmt.task_line_pattern, self.skill_placement,
+                                      image)
       if len(ids) <= self.spec.max_prompt_tokens:
-        return message, ids
+        return Prompt(message, ids, image)
       if not history:
+        if image is not None:
+          raise ValueError(f"rollout.max_prompt_tokens={self.spec.max_prompt_tokens} is too "
+                           f"small for a prompt with its image ({len(ids)} tokens)")
         self.truncated_prompts += 1
-        return message, ids[-self.spec.max_prompt_tokens:]
+        return Prompt(message, ids[-self.spec.max_prompt_tokens:], image)
       history = history[1:]
 
   def __call__(self, episodes: list[Episode], turn: int) -> list[Decision]:
     prompts = [self.fit_prompt(e) for e in episodes]
-    out = self.sampler.generate([ids for _, ids in prompts], self.sampling,
-                                seed=self.seed * 7919 + turn)
-    return [self.decide(episode, *prompts[k], out.tokens[k], out.logprobs[k], out.texts[k])
+    images = [p.image for p in prompts]
+    with_images = {"images": images} if any(i is not None for i in images) else {}
+    out = self.sampler.generate([p.ids for p in prompts], self.sampling,
+                                seed=self.seed * 7919 + turn, **with_images)
+    return [self.decide(episode, prompts[k], out.tokens[k], out.logprobs[k], out.texts[k])
             for k, episode in enumerate(episodes)]
 
-  def decide(self, episode: Episode, message: str, prompt_ids: list[int],
-             response_ids: list[int], logprobs, text: str) -> Decision:
+  def decide(self, episode: Episode, prompt: Prompt, response_ids: list[int], logprobs,
+             text: str) -> Decision:
     """The decision of one sampled response: parsed into an action (a malformed one is
     the no-op, flagged invalid), with the step's `StepRecord`."""
     parsed = self.fmt.parse(text)
-    record = StepRecord(prompt_ids=prompt_ids, response_ids=response_ids,
+    record = StepRecord(prompt_ids=prompt.ids, response_ids=response_ids,
                         sampler_logprobs=logprobs, action_valid=parsed.valid,
                         observation=episode.observation, response_text=text,
-                        prompt_text=message)
-    return Decision(parsed.action, parsed.valid, message, text, record)
+                        prompt_text=prompt.message, image=prompt.image)
+    return Decision(parsed.action, parsed.valid, prompt.message, text, record)
 
 
 def run_episodes_continuous(pool, tasks: Sequence[Task], policy: ModelPolicy, *,
@@ -133,6 +168,9 @@ def run_episodes_continuous(pool, tasks: Sequence[Task], policy: ModelPolicy, *,
   function of the seeds whatever finishes first; greedy responses equal the
   turn-synchronous loop's.
   """
+  if getattr(policy.fmt, "uses_images", False):
+    raise ValueError("rollout.continuous=True does not yet show images (the slot decoder "
+                     "prefills text only); set rollout.continuous=False for this env")
   episodes = start_episodes(pool, tasks, seed=seed, group_size=group_size,
                             group_prefix=group_prefix)
   live = [e for e in episodes if not e.done]
@@ -146,14 +184,15 @@ def run_episodes_continuous(pool, tasks: Sequence[Task], policy: ModelPolicy, *,
     entering = list(zip(slots.free_slots(), waiting))
     waiting = waiting[len(entering):]
     prompts = {slot: policy.fit_prompt(e) for slot, e in entering}
-    slots.insert([(slot, prompts[slot][1], index[id(e)], len(e.steps)) for slot, e in entering])
-    in_slot.update({slot: (e, *prompts[slot]) for slot, e in entering})
+    slots.insert([(slot, prompts[slot].ids, index[id(e)], len(e.steps))
+                  for slot, e in entering])
+    in_slot.update({slot: (e, prompts[slot]) for slot, e in entering})
     actions: list[str | None] = [None] * len(episodes)
     decided = []
     for slot in slots.run():
-      episode, message, ids = in_slot.pop(slot)
+      episode, prompt = in_slot.pop(slot)
       tokens, logprobs, _, text = slots.take(slot)
-      decision = policy.decide(episode, message, ids, tokens, logprobs, text)
+      decision = policy.decide(episode, prompt, tokens, logprobs, text)
       if decision.action is None:
         episode.done = True  # the policy has nothing more to do
       else:
@@ -182,8 +221,9 @@ def to_trajectory(episode: Episode) -> Trajectory:
             "failed": episode.failed, **episode.scores})
 
 
-def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat,
-                  tasks: Sequence[Task], group_size: int, spec: RolloutSpec, *, seed: int,
+def play_episodes(sampler: Sampler, tokenizer: Tokenizer | PromptEncoder, pool,
+                  fmt: AgentFormat, tasks: Sequence[Task], group_size: int,
+                  spec: RolloutSpec, *, seed: int,
                   group_prefix: str = "", acting_skills: dict[str, str] | None = None,
                   task_skills: dict[str, str] | None = None, skill_placement: str = "task_line",
                   desc: str | None = "rollout") -> tuple[list[Trajectory], dict[str, float]]:
@@ -191,6 +231,7 @@ def play_episodes(sampler: Sampler, tokenizer: Tokenizer, pool, fmt: AgentFormat
   statistics.
 
   Args:
+    tokenizer: the model's `Tokenizer`, or its `PromptEncoder` (`ModelPolicy`).
     pool: an `EnvPool` (or anything with its reset/step API) sized for the rows.
     tasks: the batch's tasks; task i's episodes form GRPO group `f"{group_prefix}{i}"`.
     seed: base seed of the env resets and of sampling (each turn draws from its own

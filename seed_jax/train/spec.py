@@ -444,6 +444,7 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
       wandb_settings=_build(WandbSettings, config, {
           "project": "log.wandb_project", "entity": "log.wandb_entity",
           "name": "log.wandb_name", "group": "log.wandb_group"}))
+  _check_visual(env, model, rl, rollout, stage1, bc)
   return RunSpec(
       algorithm=algorithm, seed=_key(config, "seed", non_negative_int, "a non-negative integer"),
       model=model,
@@ -453,6 +454,30 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
       static_library=_static_library(config),
       skill_placement=_skill_placement(config), stage1=stage1, bc=bc,
       eval=evaluation, output=output, config_json=config.to_json_best_effort(indent=2))
+
+
+def _check_visual(env: EnvSpec, model: ModelSpec, rl: RLSpec, rollout: RolloutSpec,
+                  stage1: Stage1Spec, bc: BehaviourCloningSpec | None) -> None:
+  """An env whose prompts show images (`AgentFormat.uses_images`) needs a vision-language
+  model, and the paths that do not yet carry images off."""
+  fmt = get_env_module(env.name).make_agent_format(env.with_settings())
+  if not getattr(fmt, "uses_images", False):
+    return
+  # Imported here: reading a model's config.json needs the model stack.
+  from seed_jax.models import model_config  # pylint: disable=import-outside-toplevel
+  if model_config(model.name).vision is None:
+    raise ConfigError(f"config.model.name: env {env.name!r} shows the agent images; "
+                      f"{model.name!r} has no vision tower (use a Qwen2.5-VL folder or "
+                      f"tiny-random-qwen2.5-vl)")
+  if rl.pack_rows:
+    raise ConfigError(f"config.rl.pack_rows: packing does not carry images yet; 0 for env "
+                      f"{env.name!r}")
+  if rollout.continuous or stage1.rollout.continuous:
+    raise ConfigError(f"config.rollout.continuous: the slot decoder does not show images "
+                      f"yet; False for env {env.name!r}")
+  if bc is not None:
+    raise ConfigError(f"config.bc.enabled: behaviour cloning does not show images yet; "
+                      f"False for env {env.name!r}")
 
 
 def _skill_placement(config) -> str:

@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from seed_jax import paths
+from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.envs.base import Task
 from seed_jax.seed.analyzer import AnalysisReport
 from seed_jax.seed.batch import Trajectory
@@ -61,8 +62,8 @@ def bc_examples(tokenizer, demos: Sequence[Demonstration], *, skill_fraction: fl
       :round(skill_fraction * len(pairs))]
   for index in sorted(chosen):
     demo, message, response = pairs[index]
-    ids = skill_prompt_ids(tokenizer, message, demo.oracle_skill(), task_line_pattern,
-                           placement)[1]
+    ids = skill_prompt_ids(PromptEncoder(tokenizer), message, demo.oracle_skill(),
+                           task_line_pattern, placement)[1]
     examples.append(SFTExample(ids, tokenizer.encode(response)))
   return examples
 

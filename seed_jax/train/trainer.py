@@ -25,6 +25,7 @@ from flax import nnx
 
 from seed_jax import metrics as metrics_lib
 from seed_jax import paths
+from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.checkpoint import Checkpointer
 from seed_jax.envs.pool import EnvPool
 from seed_jax.envs.registry import get_env_module
@@ -36,13 +37,13 @@ from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed import losses
 from seed_jax.seed.analysis_file import write_analysis_file
-from seed_jax.seed.batch import build_batch, trajectory_gate_stats
+from seed_jax.seed.batch import BatchConfig, build_batch, trajectory_gate_stats
 from seed_jax.seed.packing import pack_batch, packed_widths, plan_packing, token_fill
 from seed_jax.seed.skills import skill_prompt_ids
 from seed_jax.seed.token_gap import (response_action_masks, token_gap_stats,
                                      trajectory_token_gaps)
 from seed_jax.seed.train_step import (init_train_state, make_score_fn, make_train_step,
-                                      train_state_shardings, update_metrics)
+                                      side_inputs, train_state_shardings, update_metrics)
 from seed_jax.train import stage1
 from seed_jax.train.results import split_results
 from seed_jax.train.expert import collect_demonstrations
@@ -80,6 +81,10 @@ class Trainer:
     model, self.tokenizer = load_model(spec.model.name, mesh=self.mesh, seed=spec.seed,
                                        **spec.model.load_kwargs)
     self.model_cfg = model.cfg
+    # How prompts become ids: the chat template, and a vision-language model's images.
+    self.encoder = PromptEncoder.for_model(
+        self.tokenizer, model.cfg,
+        resolve_model_path(spec.model.name) if model.cfg.vision is not None else None)
     self.graphdef, params = nnx.split(model, nnx.Param)
     self.checkpointer = Checkpointer(checkpoint_dir or self.workdir / "checkpoints",
                                      keep=spec.output.checkpoint_keep)
@@ -346,7 +351,7 @@ class Trainer:
                                              history_length=spec.history_length)
       with self.timer("stage1_rollout"), self._make_pool(settings) as pool:
         trajs, stats = play_episodes(
-            self.sampler, self.tokenizer, pool, self.env.make_agent_format(settings), tasks,
+            self.sampler, self.encoder, pool, self.env.make_agent_format(settings), tasks,
             spec.rollouts_per_task, spec.rollout, seed=self.spec.seed, group_prefix="sft:",
             desc=hosts.primary_label("stage1 rollout"))
       with self.timer("stage1_analysis"):
@@ -442,8 +447,8 @@ class Trainer:
     for traj in trajs:
       for step in traj.steps:
         step.teacher_prompt_ids = (skill_prompt_ids(
-            self.tokenizer, step.prompt_text, traj.skill, self.fmt.task_line_pattern,
-            self.spec.skill_placement)[1] if traj.skill else None)
+            self.encoder, step.prompt_text, traj.skill, self.fmt.task_line_pattern,
+            self.spec.skill_placement, step.image)[1] if traj.skill else None)
     return stats, reports
 
   # ------------------------------------------------------------------ RL
@@ -460,7 +465,7 @@ class Trainer:
     batch_tasks = tasks.take(spec.rl.tasks_per_batch)
     with self.timer("rollout"):
       trajs, stats = play_episodes(
-          self.sampler, self.tokenizer, self.pool(), self.fmt, batch_tasks,
+          self.sampler, self.encoder, self.pool(), self.fmt, batch_tasks,
           spec.rl.group_size, spec.rollout, seed=seed, group_prefix=f"{it}:",
           acting_skills=self._acting_skills, skill_placement=spec.skill_placement,
           desc=hosts.primary_label(f"iter {it + 1} rollout"))
@@ -508,12 +513,10 @@ class Trainer:
     """
     spec = self.spec
     opd = spec.rl.opd
-    batch, bstats = build_batch(trajs, dataclasses.replace(
-        spec.batch, pad_id=self.tokenizer.pad_id), with_teacher=opd)
+    batch, bstats = build_batch(trajs, self.batch_config, with_teacher=opd)
     resp_len = spec.batch.response_len
     if opd and spec.train_step.teacher_mode == "precomputed":
-      batch["teacher_logprobs"] = self.score_rows(self.state.params, batch["teacher_tokens"],
-                                                   batch["teacher_mask"], resp_len)
+      batch["teacher_logprobs"] = self.score_rows(self.state.params, batch, "teacher")
     gates, gaps = None, {}
     if "teacher_logprobs" in batch:  # at theta_old: the "precomputed" teacher mode only
       beta, teacher = spec.train_step.loss.beta_opd, batch["teacher_logprobs"]
@@ -524,8 +527,7 @@ class Trainer:
           trajectory_gate_stats(trajs, batch, teacher, beta),
           trajectory_token_gaps(trajs, batch, teacher, beta, actions))]
     if spec.rl.kl:
-      batch["ref_logprobs"] = self.score_rows(self._reference_params(), batch["student_tokens"],
-                                               batch["student_mask"], resp_len)
+      batch["ref_logprobs"] = self.score_rows(self._reference_params(), batch, "student")
     steps: list[dict[str, Any]] = []
     minis = self._mini_batches(batch)
     fill = [token_fill(mini) for mini in minis]
@@ -560,17 +562,30 @@ class Trainer:
     return [pack_batch(mini, plan, widths, self.tokenizer.pad_id)
             for mini, plan in zip(minis, plans)]
 
-  def score_rows(self, params, tokens, mask, resp_len) -> np.ndarray:
-    """Log-probs `[B, R]` in chunks of micro-batch rows: the rows the step itself runs at
-    once (B is padded to a multiple of the mini-batch, so every chunk has one shape). A
-    whole mini-batch at once needs far more memory: 15.3 GiB a v5e chip for Qwen2.5-1.5B
-    at 256 x 2,560 tokens (python -m seed_jax.plan)."""
+  @property
+  def batch_config(self) -> BatchConfig:
+    """`batch.*` with the tokenizer's pad id and the model's image placeholder."""
+    vision = self.model_cfg.vision
+    return dataclasses.replace(
+        self.spec.batch, pad_id=self.tokenizer.pad_id,
+        image_token_id=self.model_cfg.image_token_id,
+        spatial_merge_size=vision.spatial_merge_size if vision is not None else 2)
+
+  def score_rows(self, params, batch: dict[str, np.ndarray], side: str) -> np.ndarray:
+    """Log-probs `[B, R]` of one side's rows ("teacher" or "student", with the rows'
+    images), in chunks of micro-batch rows: the rows the step itself runs at once (B is
+    padded to a multiple of the mini-batch, so every chunk has one shape). A whole
+    mini-batch at once needs far more memory: 15.3 GiB a v5e chip for Qwen2.5-1.5B at
+    256 x 2,560 tokens (python -m seed_jax.plan)."""
     size = self.spec.rl.micro_batch_size
+    rows, resp_len = batch["response_mask"].shape
+    inputs = side_inputs(batch, side)
+    if "image_patches" in batch:
+      inputs["image_patches"] = batch["image_patches"]
     parts = []
-    for s in range(0, tokens.shape[0], size):
-      rows = hosts.put_rows({"tokens": tokens[s:s + size], "mask": mask[s:s + size]},
-                            self.mesh)
-      parts.append(hosts.fetch(self.score(params, rows["tokens"], rows["mask"], resp_len)))
+    for s in range(0, rows, size):
+      chunk = hosts.put_rows({k: v[s:s + size] for k, v in inputs.items()}, self.mesh)
+      parts.append(hosts.fetch(self.score(params, chunk, resp_len)))
     return np.concatenate(parts)
 
   # ------------------------------------------------------------------ evaluation
@@ -586,7 +601,7 @@ class Trainer:
       if not tasks:
         continue
       with self.timer("eval"):
-        trajs, stats = play_episodes(self.sampler, self.tokenizer, self.pool(), self.fmt,
+        trajs, stats = play_episodes(self.sampler, self.encoder, self.pool(), self.fmt,
                                      tasks, 1, spec.rollout, seed=10_007 + step,
                                      group_prefix=f"eval-{split}:",
                                      acting_skills=self._acting_skills,
@@ -604,10 +619,12 @@ class Trainer:
     merged model, and `adapter/` in it the adapters as a PEFT folder for their base."""
     model = nnx.merge(self.graphdef, self.state.params)
     with paths.local_folder(folder) as local:
+      # A vision-language model's folder carries its image processor's sizes too.
+      processor = self.encoder.processor
       if not self.model_cfg.lora_rank:
-        export_hf(model, local, self.tokenizer)
+        export_hf(model, local, self.tokenizer, image_processor=processor)
       else:
-        export_hf(merged_model(model), local, self.tokenizer)
+        export_hf(merged_model(model), local, self.tokenizer, image_processor=processor)
         base = self.spec.init_from or resolve_model_path(self.spec.model.name)
         export_peft(model, os.path.join(local, "adapter"), base_model=base)
     return os.fspath(paths.run_path(folder))

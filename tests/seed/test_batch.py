@@ -9,6 +9,7 @@ import statistics
 import numpy as np
 import pytest
 
+from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.seed import advantages as adv_lib
 from seed_jax.seed import batch as batch_lib
 from seed_jax.models.tokenizer import chat_prompt_ids
@@ -96,7 +97,8 @@ def test_h_as_a_system_message_leaves_the_user_message_alone(tokenizer):
   aug = skills.augment_prompt(PROMPT, SKILL, TASK_LINE, placement="system")
   assert aug.text == PROMPT and aug.start == aug.end
   assert aug.system == skills.skill_block(SKILL).rstrip("\n")
-  text, ids = skills.skill_prompt_ids(tokenizer, PROMPT, SKILL, TASK_LINE, "system")
+  text, ids = skills.skill_prompt_ids(PromptEncoder(tokenizer), PROMPT, SKILL, TASK_LINE,
+                                      "system")
   assert text == PROMPT
   rendered = tokenizer.decode(ids)
   assert rendered.index(SKILL) < rendered.index("put a clean apple in fridge")

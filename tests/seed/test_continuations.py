@@ -27,7 +27,7 @@ def _full_row_sums(graphdef, params, prompt, candidates, width=16, resp=8):
   for i, cand in enumerate(candidates):
     rows[i, width - len(prompt):width], rows[i, width:width + len(cand)] = prompt, cand
     mask[i, width - len(prompt):width + len(cand)] = True
-  lp = np.asarray(score(params, rows, mask, resp)).astype(np.float64)
+  lp = np.asarray(score(params, {"tokens": rows, "mask": mask}, resp)).astype(np.float64)
   return [float(lp[i, :len(cand)].sum()) for i, cand in enumerate(candidates)]
 
 

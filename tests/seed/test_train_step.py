@@ -55,7 +55,7 @@ def setup():
       _trajectories(), batch_lib.BatchConfig(response_len=RESP, prompt_bucket=8))
   score = ts.make_score_fn(graphdef, chunk=3)
   batch = {k: jnp.asarray(v) for k, v in batch.items()}
-  batch["teacher_logprobs"] = score(params, batch["teacher_tokens"], batch["teacher_mask"], RESP)
+  batch["teacher_logprobs"] = score(params, ts.side_inputs(batch, "teacher"), RESP)
   return graphdef, params, batch, score
 
 
@@ -88,7 +88,8 @@ def test_score_fn_matches_full_log_softmax(setup):
   prompt_len = tokens.shape[1] - RESP
   want = np.array([[log_probs[b, prompt_len + r - 1, tokens[b, prompt_len + r]]
                     for r in range(RESP)] for b in range(tokens.shape[0])])
-  np.testing.assert_allclose(score(params, tokens, mask, RESP), want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(score(params, {"tokens": tokens, "mask": mask}, RESP), want,
+                             rtol=1e-5, atol=1e-5)
 
 
 def test_teacher_modes_agree_and_teacher_gets_no_gradient(setup, grad_fns):

@@ -107,7 +107,8 @@ def test_decision_probability_is_the_expert_candidates_softmax_share(tiny_model)
   for action in point.candidates:
     response = tokenizer.encode(fmt.render_response(action))
     row = np.asarray([prompt + response], np.int32)
-    lp = np.asarray(score(params, row, np.ones_like(row, bool), len(response)), np.float64)
+    lp = np.asarray(score(params, {"tokens": row, "mask": np.ones_like(row, bool)},
+                          len(response)), np.float64)
     sums.append(lp.sum())
   # log p(expert) = its sum minus log sum exp of all sums (random weights: sums near -100,
   # so compared in logs).

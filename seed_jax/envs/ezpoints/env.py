@@ -71,7 +71,12 @@ class EZPointsEnv(base.Env):
     self._cards = game.deal(task.payload["seed"])
     self._formula, self._steps, self._won = [], 0, False
     info = self._info(action_valid=True)
-    info["instruction"] = f"write a formula of the two cards' numbers that makes {game.TARGET}"
+    # The prompt shows the cards as an image only; the instruction names them, so that the
+    # analyzer's text transcript says what the agent saw (seed_jax.seed.transcript).
+    first, second = self.cards
+    info["instruction"] = (f"write a formula of the two cards' numbers that makes "
+                           f"{game.TARGET} (the cards: {first}, {second}; their numbers "
+                           f"{first.value} and {second.value})")
     return self._observation(), info
 
   def step(self, action: str) -> base.StepResult:
