@@ -217,6 +217,18 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return c
 
 
+def visual_cpu_preset(c):
+  """`base.cpu_preset` for an env that shows images: the tiny random VLM (generated on
+  first use), and what does not carry images yet left off (behaviour cloning). A random
+  model writes no skill, so the oracle stands in for the RL-time analyzer: every
+  trajectory gets a skill and the teacher rows (with the same images) are scored and
+  distilled, the path this preset exists to run."""
+  cpu_preset(c)
+  c.model.name = "tiny-random-qwen2.5-vl"
+  c.bc.enabled = False
+  c.analyzer.backend = "oracle"
+
+
 def apply_preset(c: ml_collections.ConfigDict, preset: str, **presets
                  ) -> ml_collections.ConfigDict:
   """Applies the named preset (`file.py:NAME`, or `file.py:MODEL@SLICE` from
