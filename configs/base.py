@@ -218,7 +218,7 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def visual_cpu_preset(c):
-  """`base.cpu_preset` for an env that shows images: the tiny random VLM (generated on
+  """`cpu_preset` for an env that shows images (its splits in `env.num_tasks`): the tiny random VLM (generated on
   first use), and what does not carry images yet left off (behaviour cloning). A random
   model writes no skill, so the oracle stands in for the RL-time analyzer: every
   trajectory gets a skill and the teacher rows (with the same images) are scored and
@@ -227,6 +227,9 @@ def visual_cpu_preset(c):
   c.model.name = "tiny-random-qwen2.5-vl"
   c.bc.enabled = False
   c.analyzer.backend = "oracle"
+  c.env.max_steps = 4
+  c.env.num_tasks = {"train": 50, "valid_seen": 4, "valid_unseen": 4}
+  c.sft.tasks_per_type = 2
 
 
 def apply_preset(c: ml_collections.ConfigDict, preset: str, **presets

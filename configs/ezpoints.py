@@ -21,11 +21,4 @@ def get_config(preset: str = ""):
   c.model.name = "qwen2.5-vl-3b-instruct"  # a shape: point it at the weights' folder
   c.rollout.max_new_tokens = 512
   c.sft.tasks_per_type = 180  # EZPoints has one task type
-  return base.apply_preset(c, preset, cpu=_cpu)
-
-
-def _cpu(c):
-  base.visual_cpu_preset(c)
-  c.env.max_steps = 4
-  c.env.num_tasks = {"train": 50, "valid_seen": 4, "valid_unseen": 4}
-  c.sft.tasks_per_type = 2
+  return base.apply_preset(c, preset, cpu=base.visual_cpu_preset)

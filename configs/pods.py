@@ -33,7 +33,8 @@ class PodLayout:
 
 
 MODELS = ("smollm2-135m-instruct", "qwen2.5-1.5b-instruct", "qwen2.5-3b-instruct",
-          "qwen2.5-7b-instruct", "qwen3-8b", "llama-3.1-8b-instruct")
+          "qwen2.5-7b-instruct", "qwen3-8b", "llama-3.1-8b-instruct",
+          "qwen2.5-vl-3b-instruct")  # the visual benchmarks' (configs/sokoban_visual.py)
 SLICES = ("v5e-4", "v5e-16", "v5p-8", "v5p-64", "v4-8")
 
 _EIGHT_B = ("qwen2.5-7b-instruct", "qwen3-8b", "llama-3.1-8b-instruct")
@@ -42,7 +43,7 @@ _EIGHT_B = ("qwen2.5-7b-instruct", "qwen3-8b", "llama-3.1-8b-instruct")
 # a device: 7B / 8B 28-30 GiB on v5e-4 and 14-15 GiB on v4-8 (16 GiB devices), 3B 11.5 GiB
 # on v5e-4 (tests/train/test_plan.py derives this set from the shapes).
 STATE_TOO_BIG = {(m, s) for m in _EIGHT_B for s in ("v5e-4", "v4-8")} | {
-    ("qwen2.5-3b-instruct", "v5e-4")}
+    ("qwen2.5-3b-instruct", "v5e-4"), ("qwen2.5-vl-3b-instruct", "v5e-4")}
 # The plan's verdict: the 7B train step needs 22.9 GiB per v5e device (the TPU compiler
 # refuses it); Qwen3-8B and Llama-3.1-8B are larger.
 PLANNED_TOO_BIG = {(m, "v5e-16") for m in _EIGHT_B}
@@ -70,7 +71,7 @@ for _model, _slice in (("smollm2-135m-instruct", "v5e-4"), ("qwen2.5-1.5b-instru
   LAYOUTS[(_model, _slice)] = PodLayout(analyzer_decode_batch=32)
 # v4-8 shows its 8 TensorCores as devices of 16 GiB: one row a device per micro-batch (the
 # 3B step needs 17.1 GiB a device at two).
-for _model in MODELS[:3]:
+for _model in MODELS[:3] + ("qwen2.5-vl-3b-instruct",):
   LAYOUTS[(_model, "v4-8")] = PodLayout(micro_batch_size=8)
 
 

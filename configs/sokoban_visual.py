@@ -30,6 +30,3 @@ def get_config(preset: str = ""):
 def _cpu(c):
   base.visual_cpu_preset(c)
   c.env.tile = 16  # 96 x 96 px: 9 image tokens for the tiny model's processor
-  c.env.max_steps = 4
-  c.env.num_tasks = {"train": 50, "valid_seen": 4, "valid_unseen": 4}
-  c.sft.tasks_per_type = 2

@@ -7,7 +7,7 @@ model whose layers are scanned reports a layer's FLOPs, not the model's.
 
 from __future__ import annotations
 
-from seed_jax.models.config import ModelConfig
+from seed_jax.models.config import ModelConfig, VisionConfig
 
 
 def matmul_params(cfg: ModelConfig) -> int:
@@ -53,3 +53,20 @@ def training_flops(cfg: ModelConfig, rows: int, length: int, unembedded: int
   recomputed = {"full": forward, "projections": attention_flops(cfg, rows, length),
                 "none": 0}[cfg.remat]
   return model, model + recomputed
+
+
+def vision_forward_flops(vision: VisionConfig, images: int, patches: int) -> float:
+  """One pass of the vision tower over `images` images of `patches` patches each: the patch
+  embedding, every block's matmuls (fused qkv, output, gated MLP), attention within
+  windows (`window_size`) or, in `fullatt_block_indexes`, over the whole image, and the
+  merger (4 patches -> 1 token, two linears)."""
+  h, inter, depth = vision.hidden_size, vision.intermediate_size, vision.depth
+  window = min(patches, (vision.window_size // vision.patch_size) ** 2)
+  full = len(vision.fullatt_block_indexes)
+  per_patch = (2 * vision.patch_dim * h
+               + depth * 2 * (4 * h * h + 3 * h * inter)
+               + 4 * h * (window * (depth - full) + patches * full)
+               # merger: [4h] -> [4h] -> [out] per merged token, a quarter of it per patch
+               + 2 * (vision.merge_unit * h) * (vision.merge_unit * h + vision.out_hidden_size)
+               / vision.merge_unit)
+  return float(images * patches * per_patch)

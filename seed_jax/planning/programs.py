@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import time
 from typing import Any, Callable, Sequence
@@ -15,9 +16,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from seed_jax.models.config import ModelConfig
-from seed_jax.models.flops import forward_flops, training_flops
+from seed_jax.models.flops import forward_flops, training_flops, vision_forward_flops
+from seed_jax.envs.registry import get_env_module
+from seed_jax.models.vision import ImageProcessorConfig
+from seed_jax.models.vision.image_processor import smart_resize
 from seed_jax.models.vision_language import build_model
-from seed_jax.parallel.mesh import LogicalMesh, param_shardings
+from seed_jax.parallel.mesh import LogicalMesh, in_mesh, param_shardings
 from seed_jax.planning.targets import Target
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import optim, packing
@@ -62,9 +66,12 @@ def _round_up(value: int, multiple: int) -> int:
   return -(-value // multiple) * multiple
 
 
-def rl_batch_shapes(spec: RunSpec, mesh: LogicalMesh) -> dict[str, jax.ShapeDtypeStruct]:
+def rl_batch_shapes(spec: RunSpec, mesh: LogicalMesh, cfg: ModelConfig | None = None
+                    ) -> dict[str, jax.ShapeDtypeStruct]:
   """The largest mini-batch the RL step sees: `rl.mini_batch_size` rows, prompts at their
-  longest buckets (`seed.batch.build_batch`), `batch.response_len` response tokens."""
+  longest buckets (`seed.batch.build_batch`), `batch.response_len` response tokens; in an
+  env that shows images (with the model's `cfg`), each row's image patches and
+  multimodal positions."""
   rows, resp = _round_up(spec.rl.mini_batch_size, mesh.batch_shards), spec.batch.response_len
   student, teacher = _prompt_widths(spec)
   f32 = jnp.float32
@@ -82,7 +89,43 @@ def rl_batch_shapes(spec: RunSpec, mesh: LogicalMesh) -> dict[str, jax.ShapeDtyp
     arrays["ref_logprobs"] = ((rows, resp), f32)
   if spec.rl.pack_rows:
     arrays = _packed_shapes(arrays, spec.rl.pack_rows, resp, mesh.batch_shards)
+  grid = turn_image_grid(spec, cfg) if cfg is not None else None
+  if grid is not None:
+    arrays.update(_image_shapes(arrays, grid, cfg))
   return _rows(mesh, arrays)
+
+
+def turn_image_grid(spec: RunSpec, cfg: ModelConfig) -> tuple[int, int] | None:
+  """`(h, w)` in patches of the image the env shows each turn, as the model's processor
+  sizes it (the folder's preprocessor_config.json; transformers' defaults for a shape);
+  None for an env without images. Read from one reset of the env."""
+  env = get_env_module(spec.env.name)
+  settings = spec.env.with_settings()
+  if not getattr(env.make_agent_format(settings), "uses_images", False):
+    return None
+  if cfg.vision is None:
+    raise ValueError(f"env {spec.env.name!r} shows images; model {spec.model.name!r} has "
+                     f"no vision tower")
+  task = env.load_tasks(settings, "train")[0]
+  _, info = env.make_env(settings).reset(task, 0)
+  processor = ImageProcessorConfig()
+  if os.path.exists(os.path.join(os.path.expanduser(spec.model.name),
+                                 "preprocessor_config.json")):
+    processor = ImageProcessorConfig.from_file(os.path.expanduser(spec.model.name))
+  height, width = smart_resize(*info["image"].shape[:2], processor.factor,
+                               processor.min_pixels, processor.max_pixels)
+  return height // processor.patch_size, width // processor.patch_size
+
+
+def _image_shapes(arrays: dict, grid: tuple[int, int], cfg: ModelConfig) -> dict:
+  """The image rows' arrays (`seed.batch.build_batch`): patches `[B, h, w, D]`, one image
+  a row, and `[B, 3, T]` positions for each side's tokens."""
+  rows = arrays["response_mask"][0][0]
+  out = {"image_patches": ((rows, *grid, cfg.vision.patch_dim), jnp.float32)}
+  for side in ("student", "teacher"):
+    if f"{side}_tokens" in arrays:
+      out[f"{side}_positions"] = ((rows, 3, arrays[f"{side}_tokens"][0][1]), jnp.int32)
+  return out
 
 
 def _prompt_widths(spec: RunSpec) -> tuple[int, int]:
@@ -267,15 +310,23 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
       on_program(name)
       record(build())
 
-  batch = rl_batch_shapes(spec, mesh)
+  batch = rl_batch_shapes(spec, mesh, cfg)
   rows, student_len = batch["student_tokens"].shape
   resp = batch["response_mask"].shape[1]  # R, or the response slots of packed sequences
+
+  images = batch.get("image_patches")
+  tower = (vision_forward_flops(cfg.vision, rows, images.shape[1] * images.shape[2])
+           if images is not None else 0.0)  # one pass over the mini-batch's images
 
   def train_step():
     step = make_train_step(graphdef, spec.optim, spec.train_step, mesh, state_shardings)
     model, hardware = training_flops(cfg, rows, student_len, resp)
+    # The tower: forward and backward once a row (student and joint teacher share it).
+    model, hardware = model + 3 * tower, hardware + 3 * tower
     if "teacher_tokens" in batch:  # joint / separate: a no-grad teacher forward
       teacher = forward_flops(cfg, rows, batch["teacher_tokens"].shape[1], resp)
+      if spec.train_step.teacher_mode == "separate":
+        teacher += tower  # its own no-grad tower pass
       model, hardware = model + teacher, hardware + teacher
     return _program_plan(
         f"train_step ({spec.train_step.teacher_mode})",
@@ -284,6 +335,28 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
         tokens=rows * student_len)
 
   add("train_step", train_step)
+
+  if images is not None:
+    micro = spec.rl.micro_batch_size
+
+    def vision_tower():
+      """The tower's forward and backward over a micro-batch's images, alone: what the
+      images add to the train step's memory (it runs inside the step)."""
+      patches = _rows(mesh, {"patches": ((micro, *images.shape[1:]), jnp.float32)})["patches"]
+
+      def image_sum(params, patches):
+        rows = nnx.merge(graphdef, params).encode_row_images(patches)
+        return jnp.sum(rows.astype(jnp.float32))
+
+      grad = in_mesh(jax.jit(jax.grad(image_sum)), mesh)
+      flops = 3 * tower * micro / rows
+      return _program_plan(
+          "vision_tower", f"{micro} x {images.shape[1]} x {images.shape[2]} patches",
+          *_compile(grad.lower(params, patches)), inputs=(params, patches),
+          held=state_bytes - param_bytes + ref_bytes, model_flops=flops,
+          hardware_flops=flops, tokens=micro * images.shape[1] * images.shape[2])
+
+    add("vision_tower", vision_tower)
 
   score = make_score_fn(graphdef, spec.train_step.logprob_chunk, mesh)
   score_rows = spec.rl.micro_batch_size  # Trainer.score_rows: a micro-batch at a time
@@ -296,11 +369,15 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
     if not used:
       continue
     length = teacher_len if key == "teacher" else student_len
-    tokens = _rows(mesh, {"tokens": ((score_rows, length), jnp.int32),
-                          "mask": ((score_rows, length), jnp.bool_)})
+    inputs = {"tokens": ((score_rows, length), jnp.int32),
+              "mask": ((score_rows, length), jnp.bool_)}
+    if "image_patches" in batch:  # the rows' images and multimodal positions
+      inputs["positions"] = ((score_rows, 3, length), jnp.int32)
+      inputs["image_patches"] = ((score_rows, *batch["image_patches"].shape[1:]), jnp.float32)
+    tokens = _rows(mesh, inputs)
 
     def scoring(name=name, tokens=tokens, length=length):
-      flops = forward_flops(cfg, score_rows, length, resp)
+      flops = forward_flops(cfg, score_rows, length, resp) + tower * score_rows / rows
       return _program_plan(
           name, f"{score_rows} x {length}",
           *_compile(score.lower(params, tokens, resp)),

@@ -18,6 +18,7 @@ from seed_jax.models.vision_language import ImageInputs, VisionLanguageModel
 from seed_jax.seed import batch as batch_lib
 from seed_jax.seed import losses
 from seed_jax.seed import train_step as ts
+from tests.seed.steps import assert_sharded_step_equals_single_device
 
 RESP = 6
 IMAGE = 250  # the tiny model's image placeholder id
@@ -193,18 +194,8 @@ def test_every_teacher_mode_gives_one_loss_and_the_images_get_gradients(model):
 
 
 def test_a_sharded_step_with_images_equals_the_single_device_one(model, mesh):
-  from seed_jax.parallel import shard_params
-  from seed_jax.seed.optim import OptimConfig
   graphdef, params = nnx.split(model, nnx.Param)
-  optim = OptimConfig(learning_rate=1e-2, eps=1.0)
   batch = {k: jnp.asarray(v) for k, v in _batch(rows_multiple=8).items()}
   cfg = ts.TrainStepConfig(teacher_mode="separate", micro_batches=2, logprob_chunk=4,
                            loss=LOSS)
-  want_state, want_out = ts.make_train_step(graphdef, optim, cfg)(
-      ts.init_train_state(jax.tree.map(jnp.copy, params), optim), batch)
-  placed = shard_params(jax.tree.map(jnp.copy, params), mesh)
-  shardings = ts.train_state_shardings(placed, mesh, optim)
-  got_state, got_out = ts.make_train_step(graphdef, optim, cfg, mesh, shardings)(
-      ts.init_train_state(placed, optim, shardings), batch)
-  np.testing.assert_allclose(got_out["loss"], want_out["loss"], rtol=1e-5)
-  chex.assert_trees_all_close(got_state.params, want_state.params, rtol=1e-5, atol=1e-6)
+  assert_sharded_step_equals_single_device(graphdef, params, batch, cfg, mesh, atol=1e-6)

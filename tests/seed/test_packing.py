@@ -14,6 +14,7 @@ from seed_jax.seed import batch as batch_lib
 from seed_jax.seed import losses
 from seed_jax.seed import packing
 from seed_jax.seed import train_step as ts
+from tests.seed.steps import assert_sharded_step_equals_single_device
 
 RESP = 8
 LOSS = losses.LossConfig(lambda_opd=0.5, kl_coef=0.1)
@@ -162,19 +163,9 @@ def test_packing_fills_the_sequences():
 def test_a_sharded_packed_step_equals_the_single_device_one(model_parts, mesh):
   """Packed sequences shard by rows like padded rows: 8 sequences over data x fsdp = 4,
   2 micro-batches."""
-  from seed_jax.parallel import shard_params
-  from seed_jax.seed.optim import OptimConfig
   graphdef, params = model_parts
-  optim = OptimConfig(learning_rate=1e-2, eps=1.0)  # see test_train_step's OPTIM
   packed, _ = _pack(_row_batch(), 8)
   batch = {k: jnp.asarray(v) for k, v in packed.items()}
   cfg = ts.TrainStepConfig(teacher_mode="separate", micro_batches=2, logprob_chunk=3,
                            loss=LOSS)
-  want_state, want_out = ts.make_train_step(graphdef, optim, cfg)(
-      ts.init_train_state(jax.tree.map(jnp.copy, params), optim), batch)
-  placed = shard_params(jax.tree.map(jnp.copy, params), mesh)
-  shardings = ts.train_state_shardings(placed, mesh, optim)
-  got_state, got_out = ts.make_train_step(graphdef, optim, cfg, mesh, shardings)(
-      ts.init_train_state(placed, optim, shardings), batch)
-  np.testing.assert_allclose(got_out["loss"], want_out["loss"], rtol=1e-5)
-  chex.assert_trees_all_close(got_state.params, want_state.params, rtol=1e-5, atol=1e-7)
+  assert_sharded_step_equals_single_device(graphdef, params, batch, cfg, mesh)
