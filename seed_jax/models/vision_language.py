@@ -137,13 +137,27 @@ class VisionLanguageModel(nnx.Module):
       return scatter_row_images(x, is_image, row_images)
     if images is None:
       return x
-    rows = self.tower(jnp.asarray(images.pixel_values), images.grids)
-    return scatter_image_rows(x, is_image, rows.astype(x.dtype))
+    return scatter_image_rows(x, is_image, self.encode_images(images).astype(x.dtype))
+
+  def encode_images(self, images: ImageInputs) -> jax.Array:
+    """`[N / 4, E]` the tower's rows of every image, image after image. Each image is
+    encoded on its own, those of one grid together (`_encode_each`): the tower's attention
+    is dense over the patches it is given, so encoding a batch's images as one sequence
+    would cost the square of the whole batch's patches (at 128 prompts of 324 patches, a
+    `[16, 41472, 41472]` score tensor)."""
+    pixels = jnp.asarray(images.pixel_values)
+    starts = np.cumsum([0] + [t * h * w for t, h, w in images.grids])
+    encoded = [None] * len(images.grids)
+    for grid in dict.fromkeys(images.grids):
+      index = [i for i, g in enumerate(images.grids) if g == grid]
+      rows = self._encode_each(jnp.stack([pixels[starts[i]:starts[i + 1]] for i in index]),
+                               grid)
+      for k, i in enumerate(index):
+        encoded[i] = rows[k]
+    return jnp.concatenate(encoded)
 
   def encode_row_images(self, patches: jax.Array) -> jax.Array:
-    """The tower over one image per row, each on its own (its attention stays within
-    the image; concatenating the rows would make the tower's dense attention quadratic
-    in the batch).
+    """The tower over one image per row (the train step's turn rows).
 
     Args:
       patches: `[B, h, w, C*T*P*P]` every row's image patches in the processor's order,
@@ -152,9 +166,13 @@ class VisionLanguageModel(nnx.Module):
       `[B, h * w / merge^2, E]` in the compute dtype.
     """
     batch, h, w, dim = patches.shape
+    return self._encode_each(patches.reshape(batch, h * w, dim), (1, h, w))
+
+  def _encode_each(self, patches: jax.Array, grid: Grid) -> jax.Array:
+    """`[k, t*h*w, D]` patches of k images of one grid -> `[k, t*h*w / 4, E]`, each image
+    through the tower alone (vmapped)."""
     graphdef, state = nnx.split(self.tower)
-    encode = lambda p: nnx.merge(graphdef, state)(p, ((1, h, w),))
-    return jax.vmap(encode)(patches.reshape(batch, h * w, dim))
+    return jax.vmap(lambda p: nnx.merge(graphdef, state)(p, (grid,)))(patches)
 
   def __call__(self, tokens: jax.Array, positions: jax.Array, attention_mask: jax.Array,
                images: ImageInputs | None = None, row_images: jax.Array | None = None

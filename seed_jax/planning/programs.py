@@ -16,8 +16,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from seed_jax.models.config import ModelConfig
+from seed_jax.models.embedded import EMBEDDED_MODELS
 from seed_jax.models.flops import forward_flops, training_flops, vision_forward_flops
 from seed_jax.envs.registry import get_env_module
+from seed_jax.models.loader import resolve_model_path
 from seed_jax.models.vision import ImageProcessorConfig
 from seed_jax.models.vision.image_processor import smart_resize
 from seed_jax.models.vision_language import build_model
@@ -108,10 +110,11 @@ def turn_image_grid(spec: RunSpec, cfg: ModelConfig) -> tuple[int, int] | None:
                      f"no vision tower")
   task = env.load_tasks(settings, "train")[0]
   _, info = env.make_env(settings).reset(task, 0)
+  folder = (resolve_model_path(spec.model.name) if spec.model.name in EMBEDDED_MODELS
+            else os.path.expanduser(spec.model.name))
   processor = ImageProcessorConfig()
-  if os.path.exists(os.path.join(os.path.expanduser(spec.model.name),
-                                 "preprocessor_config.json")):
-    processor = ImageProcessorConfig.from_file(os.path.expanduser(spec.model.name))
+  if os.path.exists(os.path.join(folder, "preprocessor_config.json")):
+    processor = ImageProcessorConfig.from_file(folder)
   height, width = smart_resize(*info["image"].shape[:2], processor.factor,
                                processor.min_pixels, processor.max_pixels)
   return height // processor.patch_size, width // processor.patch_size
@@ -422,13 +425,17 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
     if not (wanted(f"prefill_{request}") or wanted(f"decode_{request}")):
       continue
     on_program(f"prefill_{request} and decode_{request}")
+    # Acting prompts show the turn's image (the analyzer reads text: transcript.py).
+    grid = (1, *images.shape[1:3]) if images is not None and request == "acting" else None
     request_programs = sampler.lower(prompts, prompt_len,
-                                     SamplingParams(max_new_tokens=new_tokens))
+                                     SamplingParams(max_new_tokens=new_tokens), grid)
     shapes = request_programs.shapes
     p_rows, p_len = shapes["batch"], shapes["prompt_len"]
     d_rows, steps, cache_len = (shapes["decode_rows"], shapes["max_new_bucket"],
                                 shapes["cache_len"])
     prefill_flops = forward_flops(cfg, p_rows, p_len, 0) + forward_flops(cfg, d_rows, 0, 1)
+    if grid is not None:  # the tower over every prompt's image
+      prefill_flops += vision_forward_flops(cfg.vision, prompts, grid[1] * grid[2])
     decode_flops = steps * forward_flops(cfg, d_rows, 1, 1, context=cache_len)
     held = state_bytes - param_bytes + ref_bytes
     prefill, prefill_s = _compile(request_programs.prefill)

@@ -280,14 +280,26 @@ class Sampler:
                              ("tokens", "logprobs", "lengths", "stop_reason")})
     return self._assemble(fetched, len(prompt_ids) * sampling.num_samples, sampling)
 
-  def lower(self, num_prompts: int, prompt_len: int, sampling: SamplingParams
-            ) -> LoweredRequest:
+  def lower(self, num_prompts: int, prompt_len: int, sampling: SamplingParams,
+            image_grid: tuple[int, int, int] | None = None) -> LoweredRequest:
     """The programs of a request of `num_prompts` prompts of `prompt_len` tokens, lowered
     without running (`seed_jax.plan` compiles them for a TPU slice). Parameters may be
-    abstract (`jax.ShapeDtypeStruct`s with shardings)."""
-    arrays, static = self._request([[0] * prompt_len] * num_prompts, sampling)
+    abstract (`jax.ShapeDtypeStruct`s with shardings). With `image_grid` (a
+    vision-language model's), every prompt holds one image of that grid (t, h, w)."""
+    prompts, images = [[0] * prompt_len] * num_prompts, None
+    if image_grid is not None:
+      t, h, w = image_grid
+      tokens = t * h * w // self.cfg.vision.spatial_merge_size ** 2
+      prompts = [[0] * (prompt_len - tokens) + [self.cfg.image_token_id] * tokens] * num_prompts
+      one = ImageInputs(np.zeros((t * h * w, self.cfg.vision.patch_dim), np.float32),
+                        (image_grid,))
+      images = [one] * num_prompts
+    arrays, static = self._request(prompts, sampling, images)
+    vision = arrays.pop("vision", None)
     abstract = {k: self._abstract(v, replicate=k in _REPLICATED_INPUTS)
                 for k, v in arrays.items()}
+    if vision is not None:
+      abstract["vision"] = jax.tree.map(lambda a: self._abstract(a, replicate=True), vision)
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=self._replicated())
     with self._mesh_context():
       prefill = self._prefill.lower(self.graphdef, self.params,

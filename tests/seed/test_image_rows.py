@@ -199,3 +199,17 @@ def test_a_sharded_step_with_images_equals_the_single_device_one(model, mesh):
   cfg = ts.TrainStepConfig(teacher_mode="separate", micro_batches=2, logprob_chunk=4,
                            loss=LOSS)
   assert_sharded_step_equals_single_device(graphdef, params, batch, cfg, mesh, atol=1e-6)
+
+
+def test_a_batch_of_images_of_mixed_sizes_is_encoded_image_by_image_in_order(model):
+  """The sampler's path: the tower sees each image alone (never a batch's patches as one
+  sequence), and the rows come back in the images' order."""
+  rng = np.random.default_rng(3)
+  shapes = [(56, 56, 3), (56, 84, 3), (56, 56, 3)]
+  each = [ImageInputs(*preprocess_images([rng.integers(0, 256, s, dtype=np.uint8)],
+                                         PROCESSOR)) for s in shapes]
+  batch = ImageInputs(np.concatenate([i.pixel_values for i in each]),
+                      tuple(i.grids[0] for i in each))
+  want = np.concatenate([np.asarray(model.tower(jnp.asarray(i.pixel_values), i.grids))
+                         for i in each])
+  np.testing.assert_allclose(np.asarray(model.encode_images(batch)), want, atol=1e-5)

@@ -13,6 +13,7 @@ import pytest
 from seed_jax import plan as plan_lib
 from seed_jax.models import flops
 from seed_jax.models.config import ModelConfig
+from seed_jax.models.shapes import model_config
 from seed_jax.parallel.mesh import MeshConfig, make_mesh
 from seed_jax.planning import programs, targets
 from tests.train.conftest import tiny_spec
@@ -169,6 +170,50 @@ def test_model_flops_follow_six_n_d():
   attention = 2 * 2 * L * cfg.num_heads * cfg.head_dim * length * length / 2
   expected = rows * (2 * layer_weights * length + attention + 2 * d * 1000 * unembedded)
   assert flops.forward_flops(cfg, rows, length, unembedded) == pytest.approx(expected)
+
+
+def test_vision_tower_flops_are_two_per_weight_per_patch_plus_attention():
+  """Counted from the tower's own weights: 2 FLOPs per weight of every matmul per patch (the
+  merger's per merged token, a quarter of the patches), and attention's QK^T and PV over a
+  window of patches, or the whole image in the full-attention blocks."""
+  from flax import nnx
+
+  from seed_jax.models.config import VisionConfig
+  from seed_jax.models.vision.tower import VisionTower
+  vision = VisionConfig.tiny()  # 4 blocks, blocks 1 and 3 full attention, windows of 4x4
+  tower = VisionTower(vision, rngs=nnx.Rngs(0))
+  kernels = lambda module: sum(
+      x.size for path, x in nnx.to_flat_state(nnx.state(module, nnx.Param))
+      if path[-1] == "kernel")
+  images, patches = 3, 64  # 8 x 8 patches each
+  window = (vision.window_size // vision.patch_size) ** 2
+  full, windowed = len(vision.fullatt_block_indexes), vision.depth - len(
+      vision.fullatt_block_indexes)
+  attention = 2 * 2 * vision.hidden_size * (windowed * window + full * patches)
+  expected = images * (patches * (2 * (kernels(tower.patch_embed) + kernels(tower.blocks))
+                                  + attention)
+                       + patches // vision.merge_unit * 2 * kernels(tower.merger))
+  assert flops.vision_forward_flops(vision, images, patches) == pytest.approx(expected)
+
+
+def test_a_visual_train_step_and_the_tower_compile_for_a_tpu_slice():
+  """The visual preset's rows carry each turn's image patches and multimodal positions
+  (the step and the teacher's scoring); the tower's forward and backward is planned on its
+  own too. (Every teacher mode's step with images runs in tests/seed/test_image_rows.py.)"""
+  from configs import sokoban_visual
+  from seed_jax.train.spec import build_run_spec
+  config = sokoban_visual.get_config("cpu")
+  with config.unlocked():
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 1, 4, 1
+  spec = build_run_spec(config)
+  plans, _ = plan_lib.run_plan(spec, targets.topology_target("v5e:2x2"),
+                               only=("train_step", "vision_tower", "score_teacher"),
+                               log=lambda _: None)
+  assert _names(plans) == {"train_step", "vision_tower", "score_teacher"}
+  mesh = plan_lib.mesh_for(spec, targets.topology_target("v5e:2x2"))
+  shapes = programs.rl_batch_shapes(spec, mesh, model_config(spec.model.name))
+  assert shapes["image_patches"].shape == (16, 6, 6, 1176)  # 96 px boards: 84 px, 6 x 6
+  assert shapes["student_positions"].shape[:2] == (16, 3)
 
 
 def test_every_pod_preset_builds_a_run_spec_whose_mesh_fits_its_slice():
