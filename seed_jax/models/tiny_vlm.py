@@ -28,7 +28,6 @@ import os
 from flax import nnx
 
 from seed_jax.models.config import ModelConfig
-from seed_jax.models.embedded import TINY_VLM
 from seed_jax.models.tokenizer import Tokenizer
 from seed_jax.models.vision.image_processor import ImageProcessorConfig
 from seed_jax.models.vision_language import VisionLanguageModel, build_model
@@ -59,6 +58,10 @@ _BOS, _EOS, _PAD = 1, 2, 2  # SmolLM2's <|im_start|>, <|im_end|>, <|im_end|>
 
 # An HF config.json dict (transformers 5's layout), read by `ModelConfig.from_hf_dict` as
 # any Qwen2.5-VL checkpoint's, so no field of the family is left out.
+# How errors name this model (its registered name lives in `seed_jax.models.embedded`,
+# which imports this module lazily).
+SOURCE = "the tiny random Qwen2.5-VL (seed_jax.models.tiny_vlm)"
+
 TINY_VLM_HF_CONFIG = {
     "model_type": "qwen2_5_vl",
     "text_config": {
@@ -93,7 +96,7 @@ _SEED = 0
 
 def tiny_vlm_config(**overrides) -> ModelConfig:
   """The tiny VLM's `ModelConfig`; `overrides` replace fields (dtype, remat, ...)."""
-  return ModelConfig.from_hf_dict(TINY_VLM_HF_CONFIG, source=TINY_VLM, **overrides)
+  return ModelConfig.from_hf_dict(TINY_VLM_HF_CONFIG, source=SOURCE, **overrides)
 
 
 def random_tiny_vlm(seed: int = _SEED) -> VisionLanguageModel:
@@ -127,7 +130,7 @@ def tiny_vlm_tokenizer(smollm2: Tokenizer) -> Tokenizer:
   expected = [cfg.vision_start_token_id, cfg.vision_end_token_id, cfg.image_token_id,
               cfg.video_token_id]
   if ids != expected or len(smollm2.hf) != cfg.vocab_size:
-    raise ValueError(f"{TINY_VLM}: the vision tokens got ids {ids} in a vocabulary of "
+    raise ValueError(f"{SOURCE}: the vision tokens got ids {ids} in a vocabulary of "
                      f"{len(smollm2.hf)}; the config expects {expected} in {cfg.vocab_size} "
                      f"(not SmolLM2's tokenizer?)")
   return smollm2
