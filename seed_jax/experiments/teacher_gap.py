@@ -122,15 +122,16 @@ def token_deltas(trainer, trajs, skills_by_source: dict[str, dict[str, str | Non
   """Per skill source, delta = lp(teacher) - lp(student) on the plain episodes' sampled
   tokens, both scored with the current parameters (the student rows once: they do not
   depend on the skill); split into `action` and `rest` tokens (1-D arrays)."""
-  config = dataclasses.replace(trainer.spec.batch, pad_id=trainer.tokenizer.pad_id,
+  config = dataclasses.replace(trainer.batch_config,
                                rows_multiple=trainer.spec.rl.micro_batch_size)
   params, student, out = trainer.state.params, None, {}
   for source, skills in skills_by_source.items():
     for traj in trajs:
       skill = skills.get(traj.task_id)
       for step in traj.steps:
-        step.teacher_prompt_ids = (None if skill is None else prompt_ids(
-            trainer.tokenizer, trainer.fmt, step.prompt_text, skill, placement))
+        step.teacher_prompt_ids = (None if skill is None else skill_prompt_ids(
+            trainer.encoder, step.prompt_text, skill, trainer.fmt.task_line_pattern,
+            placement, step.image)[1])
     batch, _ = build_batch(trajs, config, with_teacher=True)
     resp_len = batch["response_mask"].shape[1]
     if student is None:
@@ -205,6 +206,9 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
   if unknown:
     raise ValueError(f"unknown parts {unknown}; choose among {PARTS}")
   spec, fmt, tokenizer = trainer.spec, trainer.fmt, trainer.tokenizer
+  if "decision" in parts and getattr(fmt, "uses_images", False):
+    raise ValueError(f"--parts=decision scores text prompts; env {spec.env.name!r} shows "
+                     f"images: measure acting,tokens")
   placement = placement or spec.skill_placement
   tasks = trainer.tasks(split)
   tasks = tasks[:episodes] if episodes else tasks
@@ -225,7 +229,7 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
   log(f"[teacher_gap] {len(tasks)} {split} tasks, {len(points)} decision points")
 
   def act(task_skills):
-    return play_episodes(trainer.sampler, tokenizer, trainer.pool(), fmt, tasks, 1,
+    return play_episodes(trainer.sampler, trainer.encoder, trainer.pool(), fmt, tasks, 1,
                          spec.eval.rollout, seed=seed, group_prefix=f"gap-{split}:",
                          task_skills=task_skills, skill_placement=placement, desc=None)
 
