@@ -108,6 +108,13 @@ def scatter_row_images(embeddings: jax.Array, is_image: jax.Array, row_images: j
   return jnp.where(is_image[..., None], gathered.astype(embeddings.dtype), embeddings)
 
 
+def encode_each(tower: VisionTower, patches: jax.Array, grid: Grid) -> jax.Array:
+  """`[k, t*h*w, D]` patches of k images of one grid -> `[k, t*h*w / 4, E]`, each image
+  through the tower alone (vmapped)."""
+  graphdef, state = nnx.split(tower)
+  return jax.vmap(lambda p: nnx.merge(graphdef, state)(p, (grid,)))(patches)
+
+
 class VisionLanguageModel(nnx.Module):
   """Qwen2.5-VL: `tower` (a `VisionTower`) and `text` (the `Transformer` decoder, whose
   attention applies M-RoPE for `[3, B, T]` positions). `cfg` is the text model's config,
@@ -169,10 +176,7 @@ class VisionLanguageModel(nnx.Module):
     return self._encode_each(patches.reshape(batch, h * w, dim), (1, h, w))
 
   def _encode_each(self, patches: jax.Array, grid: Grid) -> jax.Array:
-    """`[k, t*h*w, D]` patches of k images of one grid -> `[k, t*h*w / 4, E]`, each image
-    through the tower alone (vmapped)."""
-    graphdef, state = nnx.split(self.tower)
-    return jax.vmap(lambda p: nnx.merge(graphdef, state)(p, (grid,)))(patches)
+    return encode_each(self.tower, patches, grid)
 
   def __call__(self, tokens: jax.Array, positions: jax.Array, attention_mask: jax.Array,
                images: ImageInputs | None = None, row_images: jax.Array | None = None

@@ -22,7 +22,7 @@ from seed_jax.envs.registry import get_env_module
 from seed_jax.models.loader import resolve_model_path
 from seed_jax.models.vision import ImageProcessorConfig
 from seed_jax.models.vision.image_processor import smart_resize
-from seed_jax.models.vision_language import build_model
+from seed_jax.models.vision_language import build_model, encode_each
 from seed_jax.parallel.mesh import LogicalMesh, in_mesh, param_shardings
 from seed_jax.planning.targets import Target
 from seed_jax.sampling import Sampler, SamplingParams
@@ -345,17 +345,19 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
     def vision_tower():
       """The tower's forward and backward over a micro-batch's images, alone: what the
       images add to the train step's memory (it runs inside the step)."""
-      patches = _rows(mesh, {"patches": ((micro, *images.shape[1:]), jnp.float32)})["patches"]
+      _, h, w, dim = images.shape
+      patches = _rows(mesh, {"patches": ((micro, h * w, dim), jnp.float32)})["patches"]
+      tower_graphdef, tower_params = nnx.split(nnx.merge(graphdef, params).tower, nnx.Param)
 
-      def image_sum(params, patches):
-        rows = nnx.merge(graphdef, params).encode_row_images(patches)
+      def image_sum(tower_params, patches):  # the tower's weights get their gradients
+        rows = encode_each(nnx.merge(tower_graphdef, tower_params), patches, (1, h, w))
         return jnp.sum(rows.astype(jnp.float32))
 
       grad = in_mesh(jax.jit(jax.grad(image_sum)), mesh)
       flops = 3 * tower * micro / rows
       return _program_plan(
-          "vision_tower", f"{micro} x {images.shape[1]} x {images.shape[2]} patches",
-          *_compile(grad.lower(params, patches)), inputs=(params, patches),
+          "vision_tower", f"{micro} x {h} x {w} patches",
+          *_compile(grad.lower(tower_params, patches)), inputs=(tower_params, patches),
           held=state_bytes - param_bytes + ref_bytes, model_flops=flops,
           hardware_flops=flops, tokens=micro * images.shape[1] * images.shape[2])
 
