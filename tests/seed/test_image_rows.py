@@ -213,3 +213,28 @@ def test_a_batch_of_images_of_mixed_sizes_is_encoded_image_by_image_in_order(mod
   want = np.concatenate([np.asarray(model.tower(jnp.asarray(i.pixel_values), i.grids))
                          for i in each])
   np.testing.assert_allclose(np.asarray(model.encode_images(batch)), want, atol=1e-5)
+
+
+def _all_shapes(jaxpr):
+  """Every intermediate's shape in a jaxpr and the jaxprs nested in it (scan, vmap, remat)."""
+  for eqn in jaxpr.eqns:
+    yield from (tuple(getattr(v.aval, "shape", ())) for v in eqn.outvars)
+    for param in eqn.params.values():
+      for inner in param if isinstance(param, (list, tuple)) else (param,):
+        inner = getattr(inner, "jaxpr", inner)
+        if hasattr(inner, "eqns"):
+          yield from _all_shapes(inner)
+
+
+def test_no_image_attends_over_another_images_patches(model):
+  """The tower's attention is dense over what it is given: a batch's images encoded as one
+  sequence would hold `[H, N, N]` scores over all N patches of the batch (at 128 prompts
+  of 324 patches, 41,472 squared). Encoded each alone, no array is N x N."""
+  rng = np.random.default_rng(4)
+  each = [_image(rng) for _ in range(3)]  # 16 patches each
+  batch = ImageInputs(np.concatenate([i.pixel_values for i in each]),
+                      tuple(i.grids[0] for i in each))
+  total = batch.pixel_values.shape[0]
+  tokens = jnp.asarray([[7] + [IMAGE] * IMAGE_TOKENS + [8]] * 3)
+  jaxpr = jax.make_jaxpr(lambda t: model.embed(t, batch))(tokens)
+  assert not [s for s in _all_shapes(jaxpr.jaxpr) if list(s).count(total) >= 2]
