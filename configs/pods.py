@@ -46,7 +46,10 @@ STATE_TOO_BIG = {(m, s) for m in _EIGHT_B for s in ("v5e-4", "v4-8")} | {
     ("qwen2.5-3b-instruct", "v5e-4"), ("qwen2.5-vl-3b-instruct", "v5e-4")}
 # The plan's verdict: the 7B train step needs 22.9 GiB per v5e device (the TPU compiler
 # refuses it); Qwen3-8B and Llama-3.1-8B are larger.
-PLANNED_TOO_BIG = {(m, "v5e-16") for m in _EIGHT_B}
+# Qwen2.5-VL-3B on v5e-16: the acting prefill takes all 128 prompts' images in one pass,
+# their patches replicated on every chip: 16.7 GiB a chip
+# (docs/plans/qvl3_sokoban_visual_v5e16.txt).
+PLANNED_TOO_BIG = {(m, "v5e-16") for m in _EIGHT_B} | {("qwen2.5-vl-3b-instruct", "v5e-16")}
 TOO_SMALL = STATE_TOO_BIG | PLANNED_TOO_BIG
 
 # (model, slice) -> layout. A micro-batch needs a row for every device it is split over
