@@ -181,10 +181,9 @@ def test_every_teacher_mode_gives_one_loss_and_the_images_get_gradients(model):
   assert float(want_sums["opd_tokens"]) > 0
   tower = jax.tree.leaves(want_grads["tower"])
   assert any(float(jnp.abs(g).max()) > 0 for g in tower)
-  for mode, micro in (("separate", 2), ("joint", 2)):
-    loss, grads, _ = _loss_and_grads(model, mode, micro)
-    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
-    chex.assert_trees_all_close(grads, want_grads, rtol=1e-4, atol=1e-5)
+  loss, grads, _ = _loss_and_grads(model, "separate", micro_batches=2)
+  np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+  chex.assert_trees_all_close(grads, want_grads, rtol=1e-4, atol=1e-5)
   cfg = ts.TrainStepConfig(teacher_mode="precomputed", logprob_chunk=4, loss=LOSS)
   batch = {k: jnp.asarray(v) for k, v in _batch().items()}
   batch["teacher_logprobs"] = jnp.asarray(precomputed)

@@ -28,6 +28,7 @@ def _spec(env: str, iterations: int):
     config.sft.tasks_per_type = 1
     config.eval.splits = ("valid_seen",)
     config.eval.max_episodes = 2
+    config.eval.at_end = env == "sokoban_visual"  # one visual evaluation is enough
     config.log.plots = False
   return build_run_spec(config)
 
@@ -45,7 +46,7 @@ def test_a_visual_preset_runs_with_images_in_every_row(env, tmp_path):
   assert record["skill_parse_rate"] == 1.0  # the oracle: every trajectory has a skill
   assert record["batch_opd_rows"] == record["batch_rows"] > 0
   assert record["opd_tokens"] > 0 and record["update_skipped"] == 0
-  assert "valid_seen/success" in summary
+  assert ("valid_seen/success" in summary) == (env == "sokoban_visual")
   # The export carries the image sizes the policy was trained with.
   assert ImageProcessorConfig.from_file(os.path.join(workdir, "export")) == (
       ImageProcessorConfig.from_file(resolve_model_path(TINY_VLM)))
