@@ -13,7 +13,7 @@ from flax import nnx
 
 from configs import sokoban_visual as sokoban_visual_config
 from seed_jax.agent.prompts import PromptEncoder
-from seed_jax.envs import sokoban_visual
+from seed_jax.envs import ezpoints, sokoban_visual
 from seed_jax.envs.agent_format import IMAGE_PLACEHOLDER
 from seed_jax.envs.pool import InProcessPool
 from seed_jax.models import load_model, resolve_model_path
@@ -36,18 +36,22 @@ def policy():
   return model, encoder
 
 
+def _play(policy, env_module):
+  """Two episodes of two turns of `env_module`, sampled by the tiny VLM."""
+  model, encoder = policy
+  config = env_module.default_config()
+  config.max_steps = 2
+  tasks = env_module.load_tasks(config, "valid_seen")[:2]
+  sampler = Sampler.from_model(model, tokenizer=encoder.tokenizer, max_cache_len=768)
+  pool = InProcessPool(lambda: env_module.make_env(config))
+  return play_episodes(
+      sampler, encoder, pool, env_module.make_agent_format(config), tasks, 1,
+      RolloutSpec(max_turns=2, max_new_tokens=12, max_prompt_tokens=720), seed=0, desc=None)
+
+
 @pytest.fixture(scope="module")
 def played(policy):
-  model, encoder = policy
-  config = sokoban_visual.default_config()
-  config.max_steps = 2
-  tasks = sokoban_visual.load_tasks(config, "valid_seen")[:2]
-  sampler = Sampler.from_model(model, tokenizer=encoder.tokenizer, max_cache_len=512)
-  pool = InProcessPool(lambda: sokoban_visual.make_env(config))
-  trajs, stats = play_episodes(
-      sampler, encoder, pool, sokoban_visual.make_agent_format(config), tasks, 1,
-      RolloutSpec(max_turns=2, max_new_tokens=12, max_prompt_tokens=480), seed=0, desc=None)
-  return trajs, stats
+  return _play(policy, sokoban_visual)
 
 
 def test_each_turn_shows_its_board_as_image_tokens(policy, played):
@@ -76,11 +80,13 @@ def test_h_puts_the_skill_in_the_text_and_keeps_the_same_image_tokens(policy, pl
   assert without_skill == step.prompt_ids
 
 
-def test_the_train_step_rescores_what_the_policy_sampled(policy, played):
+@pytest.mark.parametrize("env", ["sokoban_visual", "ezpoints"])
+def test_the_train_step_rescores_what_the_policy_sampled(policy, played, env):
   """The student rows, their images and multimodal positions give the sampler's log-probs
-  back at the parameters that acted (float32)."""
+  back at the parameters that acted (float32): Sokoban's 96 px boards, EZPoints' 300 px
+  tables."""
   model, _ = policy
-  trajs, _ = played
+  trajs = played[0] if env == "sokoban_visual" else _play(policy, ezpoints)[0]
   config = batch_lib.BatchConfig(response_len=12, prompt_bucket=32,
                                  image_token_id=model.cfg.image_token_id)
   batch, _ = batch_lib.build_batch(trajs, config, with_teacher=False)
