@@ -59,12 +59,10 @@ def model_policy(env_module, config, model: str, seed: int, temperature: float,
   prompts, sampler and parsing; a malformed response is an invalid no-op)."""
   # pylint: disable=g-import-not-at-top
   from seed_jax.agent.prompts import PromptEncoder
-  from seed_jax.models import resolve_model_path
   from seed_jax.sampling.sampler import sampler_for
   from seed_jax.train import rollout
   sampler = sampler_for(model, max_cache_len=max_cache_len)
-  encoder = PromptEncoder.for_model(sampler.tokenizer, sampler.cfg,
-                                    resolve_model_path(model) if sampler.cfg.vision else None)
+  encoder = PromptEncoder.for_model(sampler.tokenizer, sampler.cfg, model)
   spec = rollout.RolloutSpec(max_turns=config.max_steps, temperature=temperature,
                              max_new_tokens=max_new_tokens,
                              max_prompt_tokens=max_cache_len - max_new_tokens)

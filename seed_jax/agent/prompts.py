@@ -17,6 +17,7 @@ import numpy as np
 
 from seed_jax.envs.agent_format import IMAGE_PLACEHOLDER
 from seed_jax.models.config import ModelConfig
+from seed_jax.models.loader import resolve_model_path
 from seed_jax.models.tokenizer import Tokenizer, chat_prompt_ids
 from seed_jax.models.vision import ImageProcessorConfig, preprocess_images
 from seed_jax.models.vision_language import ImageInputs, chat_ids_with_images
@@ -35,13 +36,15 @@ class PromptEncoder:
     self.tokenizer, self.cfg, self.processor = tokenizer, cfg, processor
 
   @classmethod
-  def for_model(cls, tokenizer: Tokenizer, cfg: ModelConfig, folder: str | os.PathLike | None
+  def for_model(cls, tokenizer: Tokenizer, cfg: ModelConfig, name_or_path: str
                 ) -> PromptEncoder:
-    """The encoder of a loaded model; a vision-language model's image sizes come from the
-    `preprocessor_config.json` of its folder."""
+    """The encoder of a model loaded from `name_or_path` (an embedded name or a folder);
+    a vision-language model's image sizes come from its folder's
+    `preprocessor_config.json`."""
     if cfg.vision is None:
       return cls(tokenizer)
-    if folder is None or not os.path.exists(os.path.join(folder, "preprocessor_config.json")):
+    folder = resolve_model_path(name_or_path)
+    if not os.path.exists(os.path.join(folder, "preprocessor_config.json")):
       raise FileNotFoundError(f"the vision-language model {cfg.model_type} needs the "
                               f"preprocessor_config.json of its folder ({folder})")
     return cls(tokenizer, cfg, ImageProcessorConfig.from_file(folder))

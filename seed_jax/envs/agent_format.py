@@ -27,6 +27,12 @@ INVALID_ACTION = "invalid action"
 # the current info's "image" (`seed_jax.envs.base`). Only the current turn's image is shown.
 IMAGE_PLACEHOLDER = "<image>"
 
+
+def shows_images(fmt) -> bool:
+  """Whether `fmt`'s prompts show the turn's image (`AgentFormat.uses_images`; a format
+  that does not declare it is text-only)."""
+  return bool(getattr(fmt, "uses_images", False))
+
 # CJK Unified Ideographs (and extension A): verl-agent rejects responses that drift into
 # Chinese, a common failure of Qwen models under RL.
 _CHINESE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")

@@ -36,6 +36,7 @@ import numpy as np
 from seed_jax.agent.loop import Decision, Episode, run_episodes
 from seed_jax.agent.policies import expert_policy
 from seed_jax.agent.prompts import PromptEncoder
+from seed_jax.envs.agent_format import shows_images
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed.batch import build_batch
 from seed_jax.seed.continuations import (candidate_probabilities, continuation_logprobs,
@@ -206,7 +207,7 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
   if unknown:
     raise ValueError(f"unknown parts {unknown}; choose among {PARTS}")
   spec, fmt, tokenizer = trainer.spec, trainer.fmt, trainer.tokenizer
-  if "decision" in parts and getattr(fmt, "uses_images", False):
+  if "decision" in parts and shows_images(fmt):
     raise ValueError(f"--parts=decision scores text prompts; env {spec.env.name!r} shows "
                      f"images: measure acting,tokens")
   placement = placement or spec.skill_placement

@@ -18,6 +18,7 @@ from flax import nnx
 from seed_jax.models.config import ModelConfig
 from seed_jax.models.embedded import EMBEDDED_MODELS
 from seed_jax.models.flops import forward_flops, training_flops, vision_forward_flops
+from seed_jax.envs.agent_format import shows_images
 from seed_jax.envs.registry import get_env_module
 from seed_jax.models.loader import resolve_model_path
 from seed_jax.models.vision import ImageProcessorConfig
@@ -103,7 +104,7 @@ def turn_image_grid(spec: RunSpec, cfg: ModelConfig) -> tuple[int, int] | None:
   None for an env without images. Read from one reset of the env."""
   env = get_env_module(spec.env.name)
   settings = spec.env.with_settings()
-  if not getattr(env.make_agent_format(settings), "uses_images", False):
+  if not shows_images(env.make_agent_format(settings)):
     return None
   if cfg.vision is None:
     raise ValueError(f"env {spec.env.name!r} shows images; model {spec.model.name!r} has "

@@ -18,7 +18,7 @@ from seed_jax.agent.loop import (Decision, Episode, book_step, episode_stats, ru
                                  start_episodes)
 from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.checks import non_negative, positive, positive_int, require
-from seed_jax.envs.agent_format import AgentFormat
+from seed_jax.envs.agent_format import AgentFormat, shows_images
 from seed_jax.envs.base import Task
 from seed_jax.models.tokenizer import Tokenizer
 from seed_jax.models.vision_language import ImageInputs
@@ -90,7 +90,7 @@ class ModelPolicy:
                task_skills: dict[str, str] | None = None, skill_placement: str = "task_line"):
     self.encoder = tokenizer if isinstance(tokenizer, PromptEncoder) else PromptEncoder(
         tokenizer)
-    if getattr(fmt, "uses_images", False) and not self.encoder.sees_images:
+    if shows_images(fmt) and not self.encoder.sees_images:
       raise ValueError(f"{type(fmt).__name__} shows the agent images; the policy needs a "
                        f"vision-language model (config.model.name)")
     self.sampler, self.fmt, self.spec = sampler, fmt, spec
@@ -105,7 +105,7 @@ class ModelPolicy:
 
   def turn_image(self, episode: Episode) -> ImageInputs | None:
     """The image the episode's prompt shows this turn (None for a text format)."""
-    if not getattr(self.fmt, "uses_images", False):
+    if not shows_images(self.fmt):
       return None
     if "image" not in episode.info:
       raise ValueError(f"{type(self.fmt).__name__} shows images but episode "
@@ -168,7 +168,7 @@ def run_episodes_continuous(pool, tasks: Sequence[Task], policy: ModelPolicy, *,
   function of the seeds whatever finishes first; greedy responses equal the
   turn-synchronous loop's.
   """
-  if getattr(policy.fmt, "uses_images", False):
+  if shows_images(policy.fmt):
     raise ValueError("rollout.continuous=True does not yet show images (the slot decoder "
                      "prefills text only); set rollout.continuous=False for this env")
   episodes = start_episodes(pool, tasks, seed=seed, group_size=group_size,

@@ -20,6 +20,7 @@ import ml_collections
 from seed_jax import paths
 from seed_jax.checks import (SpecError, fraction, non_negative_int, one_of, positive,
                              positive_int, require, unit_interval)
+from seed_jax.envs.agent_format import shows_images
 from seed_jax.envs.registry import ENV_NAMES, get_env_module
 from seed_jax.models.config import DTYPES, LORA_TARGETS, REMAT_POLICIES
 from seed_jax.models.embedded import EMBEDDED_MODELS
@@ -461,7 +462,7 @@ def _check_visual(env: EnvSpec, model: ModelSpec, rl: RLSpec, rollout: RolloutSp
   """An env whose prompts show images (`AgentFormat.uses_images`) needs a vision-language
   model, and the paths that do not yet carry images off."""
   fmt = get_env_module(env.name).make_agent_format(env.with_settings())
-  if not getattr(fmt, "uses_images", False):
+  if not shows_images(fmt):
     return
   # Imported here: reading a model's config.json needs the model stack.
   from seed_jax.models import model_config  # pylint: disable=import-outside-toplevel

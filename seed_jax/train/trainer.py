@@ -82,9 +82,7 @@ class Trainer:
                                        **spec.model.load_kwargs)
     self.model_cfg = model.cfg
     # How prompts become ids: the chat template, and a vision-language model's images.
-    self.encoder = PromptEncoder.for_model(
-        self.tokenizer, model.cfg,
-        resolve_model_path(spec.model.name) if model.cfg.vision is not None else None)
+    self.encoder = PromptEncoder.for_model(self.tokenizer, model.cfg, spec.model.name)
     self.graphdef, params = nnx.split(model, nnx.Param)
     self.checkpointer = Checkpointer(checkpoint_dir or self.workdir / "checkpoints",
                                      keep=spec.output.checkpoint_keep)

@@ -16,7 +16,7 @@ from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.envs import ezpoints, sokoban_visual
 from seed_jax.envs.agent_format import IMAGE_PLACEHOLDER
 from seed_jax.envs.pool import InProcessPool
-from seed_jax.models import load_model, resolve_model_path
+from seed_jax.models import load_model
 from seed_jax.models.embedded import TINY_VLM
 from seed_jax.sampling import Sampler
 from seed_jax.seed import batch as batch_lib
@@ -32,7 +32,7 @@ BOARD_TOKENS = 9  # a 96 x 96 board (16 px cells): 3 x 3 merged tokens for the t
 @pytest.fixture(scope="module")
 def policy():
   model, tokenizer = load_model(TINY_VLM)
-  encoder = PromptEncoder.for_model(tokenizer, model.cfg, resolve_model_path(TINY_VLM))
+  encoder = PromptEncoder.for_model(tokenizer, model.cfg, TINY_VLM)
   return model, encoder
 
 
