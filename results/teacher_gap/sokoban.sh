@@ -20,6 +20,12 @@ source results/teacher_gap/common.sh
 warm_start bc_skill_end --config.bc.skill_fraction=1.0 --config.skill_placement=end
 gap bc_skill_end.end "$RUNS/bc_skill_end" --placement=end
 gap untrained.end "" --placement=end --parts=decision
+# More distinct puzzles at about the same number of updates (66 against 50): 64 puzzles
+# cloned once each, plain and with the plan, so that memorising a board pays less than
+# reading the plan.
+warm_start bc_skill_end64 --config.bc.skill_fraction=1.0 --config.skill_placement=end \
+  --config.bc.episodes=64 --config.bc.epochs=1 --config.env.num_tasks.train=64
+gap bc_skill_end64.end "$RUNS/bc_skill_end64" --placement=end --parts=acting,decision
 warm_start bc_plain
 gap bc_plain.end "$RUNS/bc_plain" --placement=end --parts=acting,decision
 gap bc_skill_end.task_line "$RUNS/bc_skill_end" --placement=task_line --parts=acting,decision
