@@ -17,6 +17,9 @@ import jax.numpy as jnp
 
 Array = jax.Array
 _NEG_INF = -jnp.inf
+# Scan blocks of the vocabulary (`blocked_cumsum`): a multiple of any tensor-parallel degree
+# up to 128, and 384 tokens a block for SmolLM2's 49k, 1,187 for Qwen2.5's 152k.
+_CDF_BLOCKS = 128
 
 
 def token_logprobs(logits: Array, tokens: Array) -> Array:
@@ -68,10 +71,31 @@ def categorical(keys: Array, logits: Array) -> Array:
   """
   uniform = jax.vmap(jax.random.uniform)(keys)  # [B]
   probs = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
-  cdf = jnp.cumsum(probs, axis=-1)
+  cdf = blocked_cumsum(probs)
   threshold = uniform[:, None] * cdf[:, -1:]
   index = jnp.sum(cdf <= threshold, axis=-1)
   return jnp.minimum(index, logits.shape[-1] - 1).astype(jnp.int32)
+
+
+def blocked_cumsum(values: Array, blocks: int = _CDF_BLOCKS) -> Array:
+  """`cumsum(values, axis=-1)` for `[B, V]` as `blocks` local scans plus their offsets.
+
+  Why not `jnp.cumsum`: with the vocabulary sharded over devices (the sampler's logits
+  are, over "tensor"), XLA:CPU's partitioner turns the scan into one reduce-window as wide
+  as the vocabulary, O(V^2): 0.54 s against 5 ms for an [8, 49k] draw on two shards (the
+  tests' fake mesh spent most of each rollout there). Here each block's scan stays on the
+  shard that holds it (`blocks` a multiple of the shard count), and only the `[B, blocks]`
+  block totals are scanned across shards. For a TPU (v5e:2x2, [256, 152k] over 2 shards)
+  the draw compiles to half the FLOPs and 64 MiB of temporaries instead of 154. `V` is
+  padded with zeros to a multiple of `blocks`; the padding is cut off again.
+  """
+  rows, width = values.shape
+  padded = -(-width // blocks) * blocks
+  values = jnp.pad(values, ((0, 0), (0, padded - width)))
+  within = jnp.cumsum(values.reshape(rows, blocks, padded // blocks), axis=-1)
+  totals = within[..., -1]
+  offsets = jnp.cumsum(totals, axis=-1) - totals  # mass of the blocks before each  [B, blocks]
+  return (within + offsets[..., None]).reshape(rows, padded)[:, :width]
 
 
 def _nucleus_draw(keys: Array, scaled: Array, top_p: Array, iterations: int = 32) -> Array:

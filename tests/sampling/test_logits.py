@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
-from seed_jax.sampling.logits import categorical, sample_tokens, token_logprobs
+from seed_jax.sampling.logits import (blocked_cumsum, categorical, sample_tokens,
+                                     token_logprobs)
 
 
 def _keys(n, seed=0):
@@ -82,3 +86,32 @@ def test_top_p_cutoff_matches_the_sorted_rule():
     count = int(np.searchsorted(np.cumsum(probs[order]), top_p) + 1)
     expected = set(order[:count].tolist())
     assert set(_draw(row, 6000, top_p=top_p)) == expected
+
+
+def test_blocked_cumsum_matches_numpy_for_any_width():
+  rng = np.random.default_rng(4)
+  for width in (1, 5, 128, 300, 49152):
+    values = rng.random((3, width)).astype(np.float32)
+    np.testing.assert_allclose(blocked_cumsum(jnp.asarray(values)),
+                               np.cumsum(values.astype(np.float64), axis=-1), rtol=1e-5)
+
+
+def _scan_windows(compiled_hlo: str) -> list[int]:
+  """The widest dimension of every reduce-window's window in a compiled program."""
+  return [max(int(d) for d in m.group(1).split("x"))
+          for m in re.finditer(r"reduce-window\(.*?window=\{size=([0-9x]+)", compiled_hlo)]
+
+
+def test_a_draw_over_a_vocabulary_sharded_on_devices_scans_it_in_blocks(mesh):
+  # The sampler's logits are sharded over "tensor" on the vocabulary; a plain cumsum there
+  # compiled to one reduce-window as wide as the vocabulary (O(V^2): 0.5 s a decode step).
+  vocab = 49152
+  sharding = NamedSharding(mesh.mesh, PartitionSpec(("data", "fsdp"), "tensor"))
+  logits = np.random.default_rng(5).normal(size=(8, vocab)).astype(np.float32) * 3
+  keys = _keys(8)
+  draw = jax.jit(categorical)
+  hlo = draw.lower(keys, jax.device_put(logits, sharding)).compile().as_text()
+  windows = _scan_windows(hlo)
+  assert windows and max(windows) <= vocab // 64, windows
+  np.testing.assert_array_equal(draw(keys, jax.device_put(logits, sharding)),
+                                draw(keys, logits))
