@@ -2,7 +2,7 @@
 
   python bench/packing.py [--turns=16 --micro_turns=8 --prompt_range=380,720
                            --response_len=40 --at_budget=0.69 --pack_rows=0,2,4
-                           --dtype=bfloat16 --remat=projections --repeats=2]
+                           --windows=on --dtype=bfloat16 --remat=projections --repeats=2]
 
 A mini-batch of `--turns` turns of random tokens: prompts uniform in `--prompt_range`
 (the `:compare` ALFWorld turns: the first turn's ~380 tokens to a long history's ~720),
@@ -12,6 +12,9 @@ hit 40 tokens, p10 18), each turn with a teacher prompt 60 tokens longer (a skil
 are laid out by `build_batch` as the trainer does (prompt bucket 128), then either run as
 rows (`pack_rows=0`) or packed into turns / k sequences (`seed_jax.seed.packing`), and one
 full train step (the "precomputed" teacher mode, `--micro_turns` turns a forward) is timed.
+Packed sequences attend within a window of the longest turn (`packing.max_segment_len`,
+`--windows=on`, the trainer's way) or over their whole causal triangle (`off`, reported as
+`packed_K_full`).
 
 Each layout reports the seconds of a step, the real tokens (prompt + response of every
 turn) per second, the share of computed tokens that are real (`fill`), the useful FLOPs
@@ -50,6 +53,8 @@ _RESPONSE = flags.DEFINE_integer("response_len", 40, "R, the response budget")
 _AT_BUDGET = flags.DEFINE_float("at_budget", 0.69, "share of responses at the budget")
 _SKILL = flags.DEFINE_integer("skill_tokens", 60, "extra tokens of a teacher prompt")
 _PACK = flags.DEFINE_list("pack_rows", ["0", "2", "4"], "0: rows; k: turns / k sequences")
+_WINDOWS = flags.DEFINE_list("windows", ["on"], "packed attention: on (a window of the "
+                              "longest turn), off (the whole row), or both")
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "compute dtype")
 _REMAT = flags.DEFINE_string("remat", "projections", "model.remat (the :cpu presets')")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "timed steps after a warm-up")
@@ -114,12 +119,14 @@ def main(_):
       micro_batches=_TURNS.value // _MICRO.value, logprob_chunk=512,
       loss=losses.LossConfig(kl_coef=0.0)))
   results = {}
-  for k in packs:
+  runs = [(k, window) for k in packs for window in (_WINDOWS.value if k else ["off"])]
+  for k, window in runs:
     batch = {key: jnp.asarray(v) for key, v in layout(rows, k).items()
              if not key.startswith("teacher_") or key == "teacher_logprobs"}
     state = ts.init_train_state(jax.tree.map(jnp.copy, params), optim_cfg)
     start = time.perf_counter()
-    compiled = step.lower(state, batch).compile()
+    compiled = step.lower(state, batch, (
+        packing.max_segment_len(rows) if window == "on" else None)).compile()
     compile_s = time.perf_counter() - start
     best = float("inf")
     for i in range(_REPEATS.value + 1):
@@ -129,7 +136,8 @@ def main(_):
       if i:
         best = min(best, time.perf_counter() - start)
     fill = packing.token_fill({k2: np.asarray(v) for k2, v in batch.items()})["student_fill"]
-    results["rows" if not k else f"packed_{k}"] = dict(
+    name = "rows" if not k else f"packed_{k}" + ("" if window == "on" else "_full")
+    results[name] = dict(
         shape=list(batch["student_tokens"].shape), fill=round(fill, 3),
         seconds=round(best, 2), compile_s=round(compile_s, 1),
         real_tokens_per_s=round(real_tokens / best, 1),

@@ -322,6 +322,11 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
   tower = (vision_forward_flops(cfg.vision, rows, images.shape[1] * images.shape[2])
            if images is not None else 0.0)  # one pass over the mini-batch's images
 
+  # Packed sequences of k turns: no turn is longer than a row of the row layout.
+  window = (max(batch[f"{side}_tokens"].shape[1] for side in ("student", "teacher")
+                if f"{side}_tokens" in batch) // spec.rl.pack_rows
+            if spec.rl.pack_rows else None)
+
   def train_step():
     step = make_train_step(graphdef, spec.optim, spec.train_step, mesh, state_shardings)
     model, hardware = training_flops(cfg, rows, student_len, resp)
@@ -334,7 +339,7 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
       model, hardware = model + teacher, hardware + teacher
     return _program_plan(
         f"train_step ({spec.train_step.teacher_mode})",
-        _batch_shape_text(batch, "student_tokens"), *_compile(step.lower(state, batch)),
+        _batch_shape_text(batch, "student_tokens"), *_compile(step.lower(state, batch, window)),
         inputs=(state, batch), held=ref_bytes, model_flops=model, hardware_flops=hardware,
         tokens=rows * student_len)
 

@@ -19,6 +19,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from seed_jax.models.attention import PackedSegments
+
 Array = jax.Array
 UnembedFn = Callable[[Array], Array]
 
@@ -139,6 +141,7 @@ def packed_response_logprobs(
     positions: Array,
     predict: Array,
     chunk_size: int = 128,
+    max_segment_len: int | None = None,
 ) -> tuple[Array, Array]:
   """Run `model` over packed sequences and score their response tokens
   (`seed_jax.seed.packing`).
@@ -148,10 +151,13 @@ def packed_response_logprobs(
       each token (0 at padding) and its position within its turn.
     predict: int32 `[N, Rp]` the position whose hidden state predicts each response slot;
       the slot's token is the next one.
+    max_segment_len: static; no turn is longer (`packing.max_segment_len`), so attention
+      reads only that window of keys before each query block. None: the whole row.
   Returns:
     (logprobs, entropy): float32 `[N, Rp]` each (unused slots hold don't-care values).
   """
-  hidden = model(tokens, positions, segments)
+  hidden = model(tokens, positions, segments if max_segment_len is None
+                 else PackedSegments(segments, max_segment_len))
   predicting = jnp.take_along_axis(hidden, predict[..., None], axis=1)  # [N, Rp, D]
   targets = jnp.take_along_axis(tokens, predict + 1, axis=1)
   return chunked_token_logprobs(model.unembed, predicting, targets, chunk_size)

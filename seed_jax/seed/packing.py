@@ -97,6 +97,15 @@ def plan_packing(batch: dict[str, np.ndarray], num_sequences: int) -> PackPlan:
                   widths=tuple(int(w) for w in loads.max(axis=0)))
 
 
+def max_segment_len(batch: dict[str, np.ndarray]) -> int:
+  """The longest a packed turn can be: the row layout's widest row (a turn is its prompt's
+  real tokens and its response, at most `P + R` of its side). The packed step's attention
+  reads keys only this far back (`causal_attention`'s `window`); one bound an iteration,
+  like the widths, so that the step compiles once."""
+  return max(batch[f"{side}_tokens"].shape[1] for side in ("student", "teacher")
+             if f"{side}_tokens" in batch)
+
+
 def packed_widths(plans: list[PackPlan], bucket: int, shared: bool,
                   response_bucket: int = RESPONSE_SLOT_BUCKET) -> tuple[int, int, int]:
   """One (Ls, Lt, Rp) for a list of plans (the mini-batches of an iteration, so that they

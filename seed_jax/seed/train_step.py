@@ -157,11 +157,14 @@ def row_images(model, batch: Batch) -> jax.Array | None:
 
 
 def _score_side(model, inputs: dict[str, jax.Array], response_len: int, chunk: int,
-                images: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+                images: jax.Array | None = None, max_segment_len: int | None = None
+                ) -> tuple[jax.Array, jax.Array]:
   """(logprobs, entropy) `[B, R]` of the response tokens of `side_inputs`' output, with
-  `images` (`row_images`) in the rows' image placeholders."""
+  `images` (`row_images`) in the rows' image placeholders; packed sequences attend within
+  `max_segment_len` (`packed_response_logprobs`)."""
   if "segments" in inputs:
-    return packed_response_logprobs(model, *(inputs[part] for part in _PACKED_PARTS), chunk)
+    return packed_response_logprobs(model, *(inputs[part] for part in _PACKED_PARTS), chunk,
+                                    max_segment_len)
   return response_logprobs(model, inputs["tokens"], inputs["mask"], response_len, chunk,
                            positions=inputs.get("positions"), row_images=images)
 
@@ -184,14 +187,15 @@ def make_score_fn(graphdef, chunk: int = 128, mesh: LogicalMesh | Mesh | None = 
 
 def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
                           mesh: LogicalMesh | Mesh | None = None) -> Callable:
-  """`(params, batch) -> (loss, grads, sums)`: the accumulated loss of the whole batch,
-  the float32 gradients of the trainable parameters and the metric sums (not jitted; the
-  train step jits it)."""
+  """`(params, batch, max_segment_len=None) -> (loss, grads, sums)`: the accumulated loss
+  of the whole batch, the float32 gradients of the trainable parameters and the metric
+  sums (not jitted; the train step jits it). `max_segment_len` (static): the longest turn
+  of packed sequences (`packing.max_segment_len`), or None."""
   loss_cfg = cfg.loss
   chunk = cfg.logprob_chunk
   mesh = as_logical_mesh(mesh)
 
-  def micro_batch_loss(params, mb, teacher_lp, tokens, opd_tokens):
+  def micro_batch_loss(params, mb, teacher_lp, tokens, opd_tokens, max_segment_len):
     resp_len = mb["response_mask"].shape[1]
     rows = mb["student_tokens"].shape[0]
     model = nnx.merge(graphdef, params)
@@ -201,16 +205,17 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
       both = jax.tree.map(concat, student, side_inputs(mb, "teacher"))
       # The tower runs once: both halves read the same images.
       lp, entropy = _score_side(model, both, resp_len, chunk,
-                                None if images is None else concat(images, images))
+                                None if images is None else concat(images, images),
+                                max_segment_len)
       lp, entropy, teacher_lp = lp[:rows], entropy[:rows], jax.lax.stop_gradient(lp[rows:])
     else:
-      lp, entropy = _score_side(model, student, resp_len, chunk, images)
+      lp, entropy = _score_side(model, student, resp_len, chunk, images, max_segment_len)
     sums = losses.seed_loss_sums(lp, entropy, mb, teacher_lp, mb.get("ref_logprobs"), loss_cfg)
     return losses.total_loss(sums, tokens, opd_tokens, loss_cfg), sums
 
   grad_fn = trainable_value_and_grad(micro_batch_loss, has_aux=True)
 
-  def micro_step(params, mb, tokens, opd_tokens):
+  def micro_step(params, mb, tokens, opd_tokens, max_segment_len=None):
     teacher_lp = None
     if loss_cfg.lambda_opd:
       if cfg.teacher_mode == "precomputed":
@@ -220,13 +225,14 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
         model = nnx.merge(graphdef, params)
         teacher_lp = jax.lax.stop_gradient(_score_side(
             model, side_inputs(mb, "teacher"), mb["response_mask"].shape[1], chunk,
-            row_images(model, mb))[0])
+            row_images(model, mb), max_segment_len)[0])
     if not (loss_cfg.lambda_opd and cfg.teacher_mode == "joint"):
       mb = {k: v for k, v in mb.items() if k not in _TEACHER_INPUTS}
-    (loss, sums), grads = grad_fn(params, mb, teacher_lp, tokens, opd_tokens)
+    (loss, sums), grads = grad_fn(params, mb, teacher_lp, tokens, opd_tokens,
+                                  max_segment_len)
     return loss, jax.tree.map(lambda g: g.astype(jnp.float32), grads), sums
 
-  def loss_and_grad(params, batch: Batch):
+  def loss_and_grad(params, batch: Batch, max_segment_len: int | None = None):
     if loss_cfg.kl_coef and "ref_logprobs" not in batch:
       raise ValueError("kl_coef > 0 needs batch['ref_logprobs'] (make_score_fn with the "
                        "reference params); set kl_coef=0 to train without a reference")
@@ -240,15 +246,17 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
     tokens = jnp.sum(losses.outcome_token_mask(batch))
     opd_tokens = jnp.sum(mask * losses.per_token(batch["opd_mask"]))
     k = cfg.micro_batches
+    micro_step_here = functools.partial(micro_step, max_segment_len=max_segment_len)
     if k == 1:
-      return micro_step(params, batch, tokens, opd_tokens)
+      return micro_step_here(params, batch, tokens, opd_tokens)
     micro = jax.tree.map(lambda x: _split_micro(x, k, mesh), batch)
     first = jax.tree.map(lambda x: x[0], micro)
-    _, grads_shape, sums_shape = jax.eval_shape(micro_step, params, first, tokens, opd_tokens)
+    _, grads_shape, sums_shape = jax.eval_shape(micro_step_here, params, first, tokens,
+                                                opd_tokens)
 
     def body(carry, mb):
       loss, grads, sums = carry
-      mb_loss, mb_grads, mb_sums = micro_step(params, mb, tokens, opd_tokens)
+      mb_loss, mb_grads, mb_sums = micro_step_here(params, mb, tokens, opd_tokens)
       return (loss + mb_loss, jax.tree.map(jnp.add, grads, mb_grads),
               losses.combine_sums(sums, mb_sums)), None
 
@@ -318,7 +326,9 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
       explicit shardings (`train_state_shardings`); batch rows by the "batch" rule,
       metrics replicated. Without, plain jit.
   Returns:
-    `step(state, batch) -> (state, outputs)`; outputs hold `sums` (the batch's raw metric
+    `step(state, batch[, max_segment_len]) -> (state, outputs)`; `max_segment_len`
+    (static and positional; packed sequences only): the longest turn they hold (`packing.max_segment_len`),
+    so that attention skips the keys no turn can reach. Outputs hold `sums` (the batch's raw metric
     sums, `losses.seed_loss_sums` accumulated over micro-batches) and the float32 scalars
     `loss`, `grad_norm`, `learning_rate`, `update_skipped` (non-finite), `update_empty`
     (no token left in any loss term: e.g. every group's advantages zero under
@@ -330,8 +340,8 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
   schedule = optim.make_schedule(optim_cfg)
   loss_and_grad = make_loss_and_grad_fn(graphdef, cfg, mesh)
 
-  def step(state: TrainState, batch: Batch):
-    loss, grads, sums = loss_and_grad(state.params, batch)
+  def step(state: TrainState, batch: Batch, max_segment_len: int | None = None):
+    loss, grads, sums = loss_and_grad(state.params, batch, max_segment_len)
     has_signal = losses.signal_tokens(batch, bool(cfg.loss.lambda_opd)) > 0
     new_state, finite, grad_norm = apply_gradients(optimizer, state, grads, loss, has_signal)
     # Raw sums, not means: an update of several steps folds them exactly (update_metrics).
@@ -343,14 +353,15 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
     return new_state, outputs
 
   if mesh is None:
-    return jax.jit(step, donate_argnums=0)
+    return jax.jit(step, donate_argnums=0, static_argnums=2)
   if state_shardings is None:
     raise ValueError("make_train_step with a mesh needs state_shardings "
                      "(train_state_shardings(params, mesh, optim_cfg))")
   mesh = as_logical_mesh(mesh)
   rows = mesh.batch_sharding(1)  # a prefix: every batch array
   jitted = jax.jit(step, in_shardings=(state_shardings, rows),
-                   out_shardings=(state_shardings, mesh.replicated()), donate_argnums=0)
+                   out_shardings=(state_shardings, mesh.replicated()), donate_argnums=0,
+                   static_argnums=2)  # positional: pjit takes no kwargs with in_shardings
   return in_mesh(jitted, mesh)
 
 

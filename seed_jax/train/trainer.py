@@ -38,7 +38,8 @@ from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed import losses
 from seed_jax.seed.analysis_file import write_analysis_file
 from seed_jax.seed.batch import BatchConfig, build_batch, trajectory_gate_stats
-from seed_jax.seed.packing import pack_batch, packed_widths, plan_packing, token_fill
+from seed_jax.seed.packing import (max_segment_len, pack_batch, packed_widths, plan_packing,
+                                   token_fill)
 from seed_jax.seed.skills import skill_prompt_ids
 from seed_jax.seed.token_gap import (response_action_masks, token_gap_stats,
                                      trajectory_token_gaps)
@@ -528,13 +529,14 @@ class Trainer:
       batch["ref_logprobs"] = self.score_rows(self._reference_params(), batch, "student")
     steps: list[dict[str, Any]] = []
     minis = self._mini_batches(batch)
+    window = max_segment_len(batch) if spec.rl.pack_rows else None
     fill = [token_fill(mini) for mini in minis]
     silent = 0  # mini-batches with no row any loss term counts: the step would not update
     for mini in hosts.progress(minis, desc="update", unit="mini-batch", leave=False):
       if not _has_signal(mini, opd and spec.train_step.loss.lambda_opd > 0):
         silent += 1
         continue
-      self.state, m = self.train_step(self.state, hosts.put_rows(mini, self.mesh))
+      self.state, m = self.train_step(self.state, hosts.put_rows(mini, self.mesh), window)
       steps.append(hosts.fetch(m))
       self._stop_if_preempted()
     out = update_metrics(steps, spec.train_step.loss) if steps else {}

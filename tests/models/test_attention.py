@@ -102,10 +102,11 @@ def test_the_tpu_backward_holds_one_block_of_probabilities_at_a_time():
 
 
 
-@pytest.mark.parametrize("block", [4, 64])
-def test_a_packed_row_attends_like_its_segments_apart(block):
+@pytest.mark.parametrize("block, window", [(4, None), (64, None), (4, 6), (2, 7), (64, 6)])
+def test_a_packed_row_attends_like_its_segments_apart(block, window):
   """Two sequences (6 and 5 tokens) and 2 pads in one row with segment ids 1, 2, 0: each
-  token's output and the gradients equal those of its sequence attended on its own."""
+  token's output and the gradients equal those of its sequence attended on its own, also
+  when each query block reads only the keys of a window as long as the longest segment."""
   rng = np.random.default_rng(4)
   lengths, t, h, kv, d = (6, 5), 13, 4, 2, 8
   q = jnp.asarray(rng.normal(size=(1, t, h, d)), jnp.float32)
@@ -115,7 +116,7 @@ def test_a_packed_row_attends_like_its_segments_apart(block):
   weights = jnp.asarray(rng.normal(size=q.shape), jnp.float32) * (segments > 0)[..., None, None]
 
   def packed_loss(q, k, v):
-    return jnp.sum(causal_attention(q, k, v, segments, block=block) * weights)
+    return jnp.sum(causal_attention(q, k, v, segments, block=block, window=window) * weights)
 
   def apart_loss(q, k, v):
     total, start = 0.0, 0
@@ -131,3 +132,31 @@ def test_a_packed_row_attends_like_its_segments_apart(block):
   want = jax.grad(apart_loss, argnums=(0, 1, 2))(q, k, v)
   for name, g, w in zip("qkv", got, want):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=2e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("block, window", [(16, 24), (16, 1), (64, 100)])
+def test_with_a_window_a_query_block_scores_only_the_keys_its_segment_can_hold(block, window):
+  """The score matrices of the forward and backward passes: every block's keys span at
+  most `block + window - 1` (the block's own queries, and `window - 1` before the first)."""
+  t = 96
+  q, k, v, _ = _inputs(b=2, t=t)
+  segments = jnp.asarray(np.tile(np.arange(t) // window + 1, (2, 1)), jnp.int32)
+  loss = lambda q, k, v: jnp.sum(causal_attention(q, k, v, segments, block=block,
+                                                  window=window))
+  jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+  key_spans = [eqn.outvars[0].aval.shape[-1] for eqn in _equations(jaxpr.jaxpr)
+               if eqn.primitive.name == "dot_general" and eqn.outvars[0].aval.ndim == 5
+               and eqn.outvars[0].aval.shape[-2] <= block  # [B, KV, G, Tb, Sb] scores
+               and eqn.outvars[0].aval.shape[-1] != q.shape[-1]]
+  assert key_spans and max(key_spans) == min(t, block + window - 1)
+
+
+def _equations(jaxpr):
+  """Every equation of a jaxpr, those of its sub-jaxprs (custom_vjp, pjit) included."""
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for value in eqn.params.values():
+      for sub in (value if isinstance(value, (list, tuple)) else (value,)):
+        inner = getattr(sub, "jaxpr", None)
+        if inner is not None:
+          yield from _equations(getattr(inner, "jaxpr", inner))

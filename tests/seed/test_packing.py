@@ -40,9 +40,9 @@ def _trajectories(seed=0, num=6):
   return trajs
 
 
-def _row_batch(rows_multiple=16):
+def _row_batch(rows_multiple=16, num_trajectories=6):
   batch, _ = batch_lib.build_batch(
-      _trajectories(), batch_lib.BatchConfig(response_len=RESP, prompt_bucket=8,
+      _trajectories(num=num_trajectories), batch_lib.BatchConfig(response_len=RESP, prompt_bucket=8,
                                              rows_multiple=rows_multiple))
   rng = np.random.default_rng(1)
   for key in ("teacher_logprobs", "ref_logprobs"):
@@ -130,19 +130,24 @@ def model_parts():
   return nnx.split(model, nnx.Param)
 
 
-@pytest.mark.parametrize("mode,micro_batches", [("joint", 1), ("separate", 2),
-                                                ("precomputed", 2)])
+@pytest.mark.parametrize("mode,micro_batches,windowed", [
+    ("joint", 1, True), ("separate", 2, True), ("precomputed", 2, True),
+    ("precomputed", 2, False)])
 def test_the_step_on_packed_sequences_equals_the_step_on_rows(model_parts, mode,
-                                                               micro_batches):
-  """Loss, gradients and every metric sum are the same numbers in both layouts."""
+                                                               micro_batches, windowed):
+  """Loss, gradients and every metric sum are the same numbers in both layouts, also when
+  the packed sequences attend only within the longest turn (`max_segment_len`)."""
   graphdef, params = model_parts
-  rows = _row_batch()
-  packed, _ = _pack(rows, 4, shared=mode == "joint")
+  rows = _row_batch(num_trajectories=12)
+  packed, _ = _pack(rows, 2, shared=mode == "joint")
+  window = packing.max_segment_len(rows) if windowed else None
+  if windowed:  # the second query block (64 queries) starts past the window
+    assert packed["student_tokens"].shape[1] > 64 + window
   cfg = ts.TrainStepConfig(teacher_mode=mode, micro_batches=micro_batches, logprob_chunk=3,
                            loss=LOSS)
-  fn = jax.jit(ts.make_loss_and_grad_fn(graphdef, cfg))
+  fn = jax.jit(ts.make_loss_and_grad_fn(graphdef, cfg), static_argnums=2)
   want_loss, want_grads, want_sums = fn(params, {k: jnp.asarray(v) for k, v in rows.items()})
-  loss, grads, sums = fn(params, {k: jnp.asarray(v) for k, v in packed.items()})
+  loss, grads, sums = fn(params, {k: jnp.asarray(v) for k, v in packed.items()}, window)
   assert float(want_sums["tokens"]) > 0 and float(want_sums["opd_tokens"]) > 0
   np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
   chex.assert_trees_all_close(grads, want_grads, rtol=1e-4, atol=1e-5)
@@ -150,6 +155,17 @@ def test_the_step_on_packed_sequences_equals_the_step_on_rows(model_parts, mode,
   # so float32 rounding of a different summation order shows at ~1e-6 a token.
   np.testing.assert_allclose(sums.pop("entropy_sum"), want_sums.pop("entropy_sum"), atol=5e-4)
   chex.assert_trees_all_close(sums, want_sums, rtol=1e-5, atol=1e-5)
+
+
+def test_no_packed_turn_is_longer_than_the_widest_row():
+  rows = _row_batch()
+  packed, _ = _pack(rows, 4)
+  window = packing.max_segment_len(rows)
+  assert window == max(rows["student_tokens"].shape[1], rows["teacher_tokens"].shape[1])
+  for side in ("student", "teacher"):
+    segments = packed[f"{side}_segments"]
+    lengths = [np.sum(row == s) for row in segments for s in set(row.tolist()) - {0}]
+    assert 0 < max(lengths) <= window
 
 
 def test_packing_fills_the_sequences():
