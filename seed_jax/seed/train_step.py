@@ -215,7 +215,7 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
 
   grad_fn = trainable_value_and_grad(micro_batch_loss, has_aux=True)
 
-  def micro_step(params, mb, tokens, opd_tokens, max_segment_len=None):
+  def micro_step(params, mb, tokens, opd_tokens, max_segment_len):
     teacher_lp = None
     if loss_cfg.lambda_opd:
       if cfg.teacher_mode == "precomputed":
@@ -246,17 +246,17 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
     tokens = jnp.sum(losses.outcome_token_mask(batch))
     opd_tokens = jnp.sum(mask * losses.per_token(batch["opd_mask"]))
     k = cfg.micro_batches
-    micro_step_here = functools.partial(micro_step, max_segment_len=max_segment_len)
+    micro_step_at = functools.partial(micro_step, max_segment_len=max_segment_len)  # static
     if k == 1:
-      return micro_step_here(params, batch, tokens, opd_tokens)
+      return micro_step_at(params, batch, tokens, opd_tokens)
     micro = jax.tree.map(lambda x: _split_micro(x, k, mesh), batch)
     first = jax.tree.map(lambda x: x[0], micro)
-    _, grads_shape, sums_shape = jax.eval_shape(micro_step_here, params, first, tokens,
+    _, grads_shape, sums_shape = jax.eval_shape(micro_step_at, params, first, tokens,
                                                 opd_tokens)
 
     def body(carry, mb):
       loss, grads, sums = carry
-      mb_loss, mb_grads, mb_sums = micro_step_here(params, mb, tokens, opd_tokens)
+      mb_loss, mb_grads, mb_sums = micro_step_at(params, mb, tokens, opd_tokens)
       return (loss + mb_loss, jax.tree.map(jnp.add, grads, mb_grads),
               losses.combine_sums(sums, mb_sums)), None
 
@@ -327,14 +327,16 @@ def make_train_step(graphdef, optim_cfg: optim.OptimConfig, cfg: TrainStepConfig
       metrics replicated. Without, plain jit.
   Returns:
     `step(state, batch[, max_segment_len]) -> (state, outputs)`; `max_segment_len`
-    (static and positional; packed sequences only): the longest turn they hold (`packing.max_segment_len`),
-    so that attention skips the keys no turn can reach. Outputs hold `sums` (the batch's raw metric
-    sums, `losses.seed_loss_sums` accumulated over micro-batches) and the float32 scalars
-    `loss`, `grad_norm`, `learning_rate`, `update_skipped` (non-finite), `update_empty`
+    (static and positional; packed sequences only): the longest turn they hold
+    (`packing.max_segment_len`), so that attention skips the keys no turn can reach.
+    Outputs hold `sums` (the batch's raw metric sums, `losses.seed_loss_sums` accumulated
+    over micro-batches) and the float32 scalars `loss`, `grad_norm`, `learning_rate`,
+    `update_skipped` (non-finite), `update_empty`
     (no token left in any loss term: e.g. every group's advantages zero under
     `skip_zero_advantage_groups`, and no OPD row), `skipped_total`.
     `update_metrics` turns the outputs of an update's steps into its metrics.
-    `step.lower(state, batch)` compiles ahead of time under the same mesh and rules.
+    `step.lower(state, batch[, max_segment_len])` compiles ahead of time under the same
+    mesh and rules.
   """
   optimizer = optim.make_optimizer(optim_cfg)
   schedule = optim.make_schedule(optim_cfg)
