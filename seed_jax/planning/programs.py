@@ -322,9 +322,8 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
   tower = (vision_forward_flops(cfg.vision, rows, images.shape[1] * images.shape[2])
            if images is not None else 0.0)  # one pass over the mini-batch's images
 
-  # Packed sequences of k turns: no turn is longer than a row of the row layout.
-  window = (max(batch[f"{side}_tokens"].shape[1] for side in ("student", "teacher")
-                if f"{side}_tokens" in batch) // spec.rl.pack_rows
+  # Packed sequences of k turns, each at most a row of the row layout (k rows wide).
+  window = (packing.max_segment_len(batch) // spec.rl.pack_rows
             if spec.rl.pack_rows else None)
 
   def train_step():
