@@ -21,19 +21,19 @@ source results/teacher_gap/common.sh
 # skill-reading warm start, then every part on 8 games.
 gap untrained.end.decision4 "" --placement=end --parts=decision --episodes=4
 warm_start bc_plain
-gap bc_plain.end.decision4 "$RUNS/bc_plain" --placement=end --parts=decision --episodes=4
+gap bc_plain.end.decision4 bc_plain --placement=end --parts=decision --episodes=4
 # Session 31: the skill-reading warm start's acting gap (the 20-point target) first, then
 # plain BC's and the untrained model's acting gaps beside it.
 warm_start bc_skill_end --config.bc.skill_fraction=1.0 --config.skill_placement=end
-gap bc_skill_end.end.acting "$RUNS/bc_skill_end" --placement=end --parts=acting
-gap bc_plain.end.acting "$RUNS/bc_plain" --placement=end --parts=acting
+gap bc_skill_end.end.acting bc_skill_end --placement=end --parts=acting
+gap bc_plain.end.acting bc_plain --placement=end --parts=acting
 gap untrained.end.acting "" --placement=end --parts=acting
-gap bc_skill_end.end.decision4 "$RUNS/bc_skill_end" --placement=end --parts=decision --episodes=4
+gap bc_skill_end.end.decision4 bc_skill_end --placement=end --parts=decision --episodes=4
 gap untrained.task_line.decision4 "" --placement=task_line --parts=decision --episodes=4
-gap bc_plain.task_line.decision4 "$RUNS/bc_plain" --placement=task_line --parts=decision --episodes=4
-gap bc_skill_end.end "$RUNS/bc_skill_end" --placement=end
-gap bc_plain.end "$RUNS/bc_plain" --placement=end
+gap bc_plain.task_line.decision4 bc_plain --placement=task_line --parts=decision --episodes=4
+gap bc_skill_end.end bc_skill_end --placement=end
+gap bc_plain.end bc_plain --placement=end
 warm_start bc_skill_task_line --config.bc.skill_fraction=1.0
-gap bc_skill_task_line.task_line "$RUNS/bc_skill_task_line" --placement=task_line
+gap bc_skill_task_line.task_line bc_skill_task_line --placement=task_line
 # The games it cloned: what is left to teach there.
-gap bc_skill_end.train_cloned "$RUNS/bc_skill_end" --placement=end --split=train --episodes=6
+gap bc_skill_end.train_cloned bc_skill_end --placement=end --split=train --episodes=6
