@@ -136,6 +136,10 @@ def get_base_config() -> ml_collections.ConfigDict:
       batch_size=8,
       holdout_fraction=0.1,
       max_tokens=16896,         # rows hold a whole analyzer prompt and its answer
+      # 0: one row per example, every prompt left-padded to the run's longest. k > 0: each
+      # step's examples packed end to end into batch_size / k sequences, so padding costs
+      # no FLOPs (seed_jax/train/sft.py); must divide batch_size.
+      pack_rows=0,
   ))
 
   c.bc = ml_collections.ConfigDict(dict(
@@ -144,6 +148,7 @@ def get_base_config() -> ml_collections.ConfigDict:
       epochs=1,
       learning_rate=1e-5,
       batch_size=8,
+      pack_rows=0,              # as sft.pack_rows
       # Small-model aids (issue 24; off in the paper presets): the share of cloned steps
       # shown again with the game's oracle skill through H (a skill-reading warm start), and
       # RL on the training games the warm start did not clone.

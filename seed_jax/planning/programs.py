@@ -164,10 +164,20 @@ def _packed_shapes(arrays: dict, k: int, resp: int, shards: int) -> dict:
 def sft_batch_shapes(fine_tune: sft.FineTuneSpec, target_tokens: int, mesh: LogicalMesh
                      ) -> dict[str, jax.ShapeDtypeStruct]:
   """The SFT step's batch at its longest: targets of `target_tokens` (rounded up as
-  `sft.padded_lengths` does, at most half the row), the prompt filling `max_tokens`."""
+  `sft.padded_lengths` does, at most half the row), the prompt filling `max_tokens`; with
+  `pack_rows` k, k such examples in each of batch_size / k packed sequences."""
   rows = _round_up(fine_tune.batch_size, mesh.batch_shards)
   resp = min(_round_up(target_tokens, 64), fine_tune.max_tokens // 2)
   length = fine_tune.max_tokens
+  k = fine_tune.pack_rows
+  if k:
+    sequences = _round_up(fine_tune.batch_size // k, mesh.batch_shards)
+    width, slots = _round_up(k * length, 64), _round_up(k * resp, 64)
+    return _rows(mesh, {"tokens": ((sequences, width), jnp.int32),
+                        "segments": ((sequences, width), jnp.int32),
+                        "positions": ((sequences, width), jnp.int32),
+                        "predict": ((sequences, slots), jnp.int32),
+                        "target_mask": ((sequences, slots), jnp.float32)})
   return _rows(mesh, {"tokens": ((rows, length), jnp.int32),
                       "mask": ((rows, length), jnp.bool_),
                       "target_mask": ((rows, resp), jnp.float32)})
@@ -406,7 +416,9 @@ def plan_programs(spec: RunSpec, cfg: ModelConfig, mesh: LogicalMesh,
     def sft_step(fine_tune=fine_tune, target_tokens=target_tokens, name=name):
       optim_cfg = sft.fine_tune_optim(fine_tune, num_steps=2)
       sft_state, shardings = abstract_train_state(params, mesh, optim_cfg)
-      step = sft.make_nll_step(graphdef, optim_cfg, mesh, shardings, fine_tune.chunk)
+      step = sft.make_nll_step(graphdef, optim_cfg, mesh, shardings, fine_tune.chunk,
+                               max_segment_len=(fine_tune.max_tokens if fine_tune.pack_rows
+                                                else None))
       sft_batch = sft_batch_shapes(fine_tune, target_tokens, mesh)
       sft_rows, length = sft_batch["tokens"].shape
       model, hardware = training_flops(cfg, sft_rows, length,

@@ -3,6 +3,9 @@ behaviour-cloning warm start share it.
 
 Rows use the train step's layout: prompt left-padded to P, target right-padded to R, so
 the loss is the negative log-likelihood of the last R positions under an explicit mask.
+With `pack_rows` k, a step's rows are laid end to end in batch_size / k sequences instead
+(`seed_jax.seed.packing`: each example its own segment), so that the padding between a
+short prompt and the run's longest costs no FLOPs; the loss is the same token sum.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from seed_jax.checks import (fraction, non_negative, non_negative_int, positive,
 from seed_jax.parallel import hosts
 from seed_jax.parallel.mesh import (LogicalMesh, as_logical_mesh, batch_sharding, in_mesh,
                                     replicated)
-from seed_jax.seed import optim
+from seed_jax.seed import optim, packing
 from seed_jax.seed.batch import place_row
-from seed_jax.seed.logprobs import response_logprobs
+from seed_jax.seed.logprobs import packed_response_logprobs, response_logprobs
 from seed_jax.seed.train_step import (TrainState, apply_gradients, trainable_value_and_grad,
                                       init_train_state, train_state_shardings)
 
@@ -41,6 +44,8 @@ class FineTuneSpec:
     max_tokens: prompt + target tokens per row; longer prompts keep their last tokens.
     holdout_fraction: examples kept out of training and scored once at the end.
     chunk: response positions unembedded at a time.
+    pack_rows: 0: one row per example. k > 0: each step's examples packed end to end into
+      batch_size / k sequences (must divide batch_size).
   """
   epochs: int
   batch_size: int
@@ -52,9 +57,12 @@ class FineTuneSpec:
   grad_clip: float = 1.0
   holdout_fraction: float = 0.0
   chunk: int = 512
+  pack_rows: int = 0
 
   def __post_init__(self):
-    require(self, "epochs", non_negative_int, "a non-negative integer")
+    require(self, ("epochs", "pack_rows"), non_negative_int, "a non-negative integer")
+    require(self, "pack_rows", lambda k: k == 0 or self.batch_size % k == 0,
+            f"a divisor of the batch size ({self.batch_size}) or 0")
     require(self, ("batch_size", "max_tokens", "chunk"), positive_int, "a positive integer")
     require(self, "learning_rate", positive, "a positive number")
     require(self, ("warmup_fraction", "holdout_fraction"), fraction, "in [0, 1)")
@@ -101,25 +109,69 @@ def pack_examples(examples: Sequence[SFTExample], *, pad_id: int, max_len: int,
   return {"tokens": tokens, "mask": mask, "target_mask": target_mask}
 
 
-def _nll_sums(graphdef, params, batch, chunk):
+def _as_turn_rows(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """`pack_examples`' rows under the names `seed_jax.seed.packing` reads (a student side
+  with targets for responses)."""
+  return {"student_tokens": rows["tokens"], "student_mask": rows["mask"],
+          "response_mask": rows["target_mask"]}
+
+
+def plan_sequences(rows: dict[str, np.ndarray], num_sequences: int) -> packing.PackPlan:
+  """Which of `num_sequences` sequences each example of `rows` goes to (longest first, to
+  the emptiest; padding rows left out)."""
+  return packing.plan_packing(_as_turn_rows(rows), num_sequences)
+
+
+def pack_sequences(rows: dict[str, np.ndarray], plan: packing.PackPlan,
+                   widths: tuple[int, int, int], pad_id: int) -> dict[str, np.ndarray]:
+  """`rows` (`pack_examples`') laid end to end as `plan` says, at `widths`
+  (`packing.packed_widths` of every plan of the run, so that one step compiles).
+
+  Returns:
+    tokens, segments (0 at padding, k for the k-th example), positions (restarting per
+    example): int32 `[N, L]`; predict int32 `[N, Rp]`, the position whose hidden state
+    predicts each target slot; target_mask float32 `[N, Rp]`.
+  """
+  packed = packing.pack_batch(_as_turn_rows(rows), plan, widths, pad_id)
+  return {"tokens": packed["student_tokens"], "segments": packed["student_segments"],
+          "positions": packed["student_positions"], "predict": packed["student_predict"],
+          "target_mask": packed["response_mask"]}
+
+
+def token_fill(batch: dict[str, np.ndarray]) -> float:
+  """Real tokens over computed tokens of a batch in either layout."""
+  real = batch["segments"] > 0 if "segments" in batch else batch["mask"]
+  return float(real.mean())
+
+
+def _nll_sums(graphdef, params, batch, chunk, max_segment_len=None):
+  """(NLL summed over the target tokens, their count) of a batch in either layout."""
   model = nnx.merge(graphdef, params)
-  resp_len = batch["target_mask"].shape[1]
-  logprobs, _ = response_logprobs(model, batch["tokens"], batch["mask"], resp_len, chunk)
+  if "segments" in batch:
+    logprobs, _ = packed_response_logprobs(model, batch["tokens"], batch["segments"],
+                                           batch["positions"], batch["predict"], chunk,
+                                           max_segment_len)
+  else:
+    resp_len = batch["target_mask"].shape[1]
+    logprobs, _ = response_logprobs(model, batch["tokens"], batch["mask"], resp_len, chunk)
   mask = batch["target_mask"]
   return -(logprobs * mask).sum(), mask.sum()
 
 
 def make_nll_step(graphdef, optim_cfg: optim.OptimConfig,
                   mesh: LogicalMesh | Mesh | None = None,
-                  state_shardings: TrainState | None = None, chunk: int = 128
+                  state_shardings: TrainState | None = None, chunk: int = 128,
+                  max_segment_len: int | None = None
                   ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
   """Jitted `(state, batch) -> (state, {"nll", "target_tokens", "grad_norm"})`, donating
-  the state; the loss is the token mean of the NLL over the batch's target tokens."""
+  the state; the loss is the token mean of the NLL over the batch's target tokens. The
+  batch is rows (`pack_examples`) or packed sequences (`pack_sequences`), whose attention
+  reads keys only `max_segment_len` back (no example is longer; None: the whole row)."""
   optimizer = optim.make_optimizer(optim_cfg)
 
   def step(state: TrainState, batch):
     def loss_fn(params):
-      total, count = _nll_sums(graphdef, params, batch, chunk)
+      total, count = _nll_sums(graphdef, params, batch, chunk, max_segment_len)
       return total / jnp.maximum(count, 1.0), count
     (loss, count), grads = trainable_value_and_grad(loss_fn, has_aux=True)(state.params)
     new_state, _, grad_norm = apply_gradients(optimizer, state, grads, loss)
@@ -161,34 +213,73 @@ def fine_tune_optim(spec: FineTuneSpec, num_steps: int) -> optim.OptimConfig:
                            grad_clip=spec.grad_clip)
 
 
+@dataclasses.dataclass
+class StepBatches:
+  """A fine-tuning run's batches on the host, in the layout its step compiles for.
+
+  Attributes:
+    batches: the examples of every step (`iterate_batches`).
+    rows: `pack_examples` at the run's one (P, R), padded to the data-parallel shards.
+    host_batch: `i -> ` the arrays of step i (rows, or `pack_sequences` at the run's one
+      width).
+    max_segment_len: the packed step's attention window (P + R: no example is longer);
+      None for rows.
+  """
+  batches: list[list[SFTExample]]
+  rows: Callable[[Sequence[SFTExample]], dict[str, np.ndarray]]
+  host_batch: Callable[[int], dict[str, np.ndarray]]
+  max_segment_len: int | None
+
+
+def step_batches(examples: Sequence[SFTExample], holdout: Sequence[SFTExample], *,
+                 spec: FineTuneSpec, data_parallel: int, pad_id: int, seed: int
+                 ) -> StepBatches:
+  """Cuts `examples` into the steps of `spec` and lays each out as its step reads it."""
+  batch_size = spec.batch_size
+  batches = iterate_batches(examples, batch_size, spec.epochs, seed)
+  # One (P, R) for every batch: one compiled step instead of one per length bucket.
+  lengths = padded_lengths(list(examples) + list(holdout), max_len=spec.max_tokens)
+  rows = functools.partial(pack_examples, pad_id=pad_id, max_len=spec.max_tokens,
+                           lengths=lengths,
+                           rows_multiple=data_parallel * -(-batch_size // data_parallel))
+  if not spec.pack_rows:
+    return StepBatches(batches, rows, lambda i: rows(batches[i]), None)
+  sequences = data_parallel * -(-(batch_size // spec.pack_rows) // data_parallel)
+  plans = [plan_sequences(rows(batch), sequences) for batch in batches]
+  widths = packing.packed_widths(plans, bucket=64, shared=False)
+  return StepBatches(batches, rows,
+                     lambda i: pack_sequences(rows(batches[i]), plans[i], widths, pad_id),
+                     sum(lengths))
+
+
 def fine_tune(graphdef, params, examples: Sequence[SFTExample],
               holdout: Sequence[SFTExample] = (), *, spec: FineTuneSpec, mesh: LogicalMesh,
               pad_id: int, seed: int, log: Callable[..., object], desc: str = "sft"):
   """NLL fine-tuning with AdamW on a cosine schedule; returns the new parameters.
 
-  `log(step, metrics)` receives every step's metrics and, with `holdout`,
-  `log(steps, {"nll", "examples"}, "_holdout")` once at the end.
+  `log(step, metrics)` receives every step's metrics (with `fill`, the share of computed
+  tokens that are real) and, with `holdout`, `log(steps, {"nll", "examples"}, "_holdout")`
+  once at the end.
   """
-  batch_size, max_tokens, chunk = spec.batch_size, spec.max_tokens, spec.chunk
-  batches = iterate_batches(examples, batch_size, spec.epochs, seed)
-  optim_cfg = fine_tune_optim(spec, len(batches))
+  data_parallel = as_logical_mesh(mesh).batch_shards  # rows are split by the "batch" rule
+  run = step_batches(examples, holdout, spec=spec, data_parallel=data_parallel,
+                     pad_id=pad_id, seed=seed)
+  optim_cfg = fine_tune_optim(spec, len(run.batches))
   shardings = train_state_shardings(params, mesh, optim_cfg)
   state = init_train_state(params, optim_cfg, shardings)
-  step_fn = make_nll_step(graphdef, optim_cfg, mesh, shardings, chunk)
-  data_parallel = as_logical_mesh(mesh).batch_shards  # rows are split by the "batch" rule
-  # One (P, R) for every batch: one compiled step instead of one per length bucket.
-  lengths = padded_lengths(list(examples) + list(holdout), max_len=max_tokens)
-  pack = functools.partial(pack_examples, pad_id=pad_id, max_len=max_tokens, lengths=lengths,
-                           rows_multiple=data_parallel * -(-batch_size // data_parallel))
-  for i, batch in enumerate(hosts.progress(batches, desc=desc, unit="step")):
-    state, metrics = step_fn(state, hosts.put_rows(pack(batch), mesh))
-    log(i, {k: float(v) for k, v in metrics.items()})
+  step_fn = make_nll_step(graphdef, optim_cfg, mesh, shardings, spec.chunk,
+                          max_segment_len=run.max_segment_len)
+  for i in hosts.progress(range(len(run.batches)), desc=desc, unit="step"):
+    host_batch = run.host_batch(i)
+    state, metrics = step_fn(state, hosts.put_rows(host_batch, mesh))
+    log(i, {**{k: float(v) for k, v in metrics.items()}, "fill": token_fill(host_batch)})
   if holdout:
-    evaluate = make_nll_eval(graphdef, mesh, chunk)
+    evaluate = make_nll_eval(graphdef, mesh, spec.chunk)
     total, count = 0.0, 0.0
-    for start in range(0, len(holdout), batch_size):
-      s, c = evaluate(state.params, hosts.put_rows(pack(holdout[start:start + batch_size]),
-                                                   mesh))
+    for start in range(0, len(holdout), spec.batch_size):
+      s, c = evaluate(state.params,
+                      hosts.put_rows(run.rows(holdout[start:start + spec.batch_size]), mesh))
       total, count = total + float(s), count + float(c)
-    log(len(batches), {"nll": total / max(count, 1.0), "examples": len(holdout)}, "_holdout")
+    log(len(run.batches), {"nll": total / max(count, 1.0), "examples": len(holdout)},
+        "_holdout")
   return state.params

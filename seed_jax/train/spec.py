@@ -409,7 +409,8 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
   sft_keys = {"epochs": "sft.epochs", "batch_size": "sft.batch_size",
               "learning_rate": "sft.learning_rate", "warmup_fraction": "sft.warmup_fraction",
               "max_tokens": "sft.max_tokens", "holdout_fraction": "sft.holdout_fraction",
-              "grad_clip": "rl.grad_clip", "chunk": "rl.logprob_chunk"}
+              "grad_clip": "rl.grad_clip", "chunk": "rl.logprob_chunk",
+              "pack_rows": "sft.pack_rows"}
   stage1 = _build(Stage1Spec, config, {
       "tasks_per_type": "sft.tasks_per_type", "rollouts_per_task": "sft.rollouts_per_task",
       "history_length": "sft.history_length"},
@@ -431,7 +432,8 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
                 fine_tune=_build(FineTuneSpec, config, {
                     "epochs": "bc.epochs", "batch_size": "bc.batch_size",
                     "learning_rate": "bc.learning_rate", "max_tokens": "sft.max_tokens",
-                    "grad_clip": "rl.grad_clip", "chunk": "rl.logprob_chunk"},
+                    "grad_clip": "rl.grad_clip", "chunk": "rl.logprob_chunk",
+                    "pack_rows": "bc.pack_rows"},
                     warmup_fraction=0.0, b2=0.95, weight_decay=0.0))
   evaluation = _build(EvalSpec, config, {
       "every": "eval.every", "splits": "eval.splits", "max_episodes": "eval.max_episodes",

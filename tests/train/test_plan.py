@@ -81,6 +81,21 @@ def test_a_packed_train_step_compiles_for_a_tpu_slice(tiny_model):
 
 
 @pytest.mark.slow
+def test_a_packed_fine_tuning_step_compiles_for_a_tpu_slice(tiny_model):
+  """`bc.pack_rows` (and `sft.pack_rows`, the same step): a step's examples as
+  batch_size / k sequences, each k rows wide at the planned worst case."""
+  target = targets.topology_target("v5e:2x2")
+  spec = tiny_spec(tiny_model, "seed", **{"bc.pack_rows": 4}, **V5E_4)
+  mesh = make_mesh(spec.mesh, devices=list(target.devices))
+  shapes = programs.sft_batch_shapes(spec.bc.fine_tune, 64, mesh)
+  sequences = -(-(spec.bc.fine_tune.batch_size // 4) // 4) * 4  # rounded to the 4 shards
+  assert shapes["tokens"].shape == (sequences, 4 * spec.bc.fine_tune.max_tokens)
+  assert shapes["predict"].shape == shapes["target_mask"].shape
+  [plan], _ = plan_lib.run_plan(spec, target, only=("bc_step",), log=lambda _: None)
+  assert plan.name == "bc_step" and plan.model_flops > 0
+
+
+@pytest.mark.slow
 def test_a_lora_train_step_compiles_for_a_tpu_slice_holding_moments_for_the_adapters(
     tiny_model):
   lora = {"model.lora.rank": 4, "model.lora.targets": ("q", "v", "down")}
