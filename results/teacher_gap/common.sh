@@ -10,7 +10,8 @@ declare -A WARM_STARTS
 
 warm_start() {  # NAME, then overrides: declares the warm start NAME (trained on demand)
   local name=$1; shift
-  WARM_STARTS[$name]=$(printf '%q ' "$@")
+  WARM_STARTS[$name]=""
+  if (($#)); then WARM_STARTS[$name]=$(printf '%q ' "$@"); fi
 }
 
 train_warm_start() {  # NAME: trains it unless its checkpoint is there
