@@ -182,10 +182,14 @@ def cpu_preset(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   reach the reward at all.
   """
   c.model.dtype = "bfloat16"
-  # Keep the projections' outputs for the backward pass: measured on 2 cores at 8 x 768
-  # tokens, bf16, 67.3 s a step against 70.8 with full remat and 81.5 keeping everything;
-  # temporaries 5.0 GiB against 1.7 and 12.8 (results/speed/train_step_remat_2026-12-02.jsonl).
-  c.model.remat = "projections"
+  # Recompute each layer in the backward pass (remat "full"). At 8 x 768 tokens, bf16, a
+  # train step on a 2-core CPU with bf16 matrix units (AMX) takes 15.6 s against 22.8 s
+  # keeping the projections' outputs: XLA:CPU stacks saved residuals across the layer scan
+  # by copying and widens the stack to float32 for the backward pass
+  # (results/speed/train_step_remat_2026-12-03_amx.jsonl). On an AVX2-only CPU "projections"
+  # was 5% faster (67.3 s against 70.8, train_step_remat_2026-12-02.jsonl); "full" holds a
+  # third of its temporaries (1.7 GiB against 5.0) on both.
+  c.model.remat = "full"
   c.pool.num_workers = 2
   c.rollout.tasks_per_batch = 2
   c.rollout.group_size = 2

@@ -31,6 +31,14 @@ gap bc_skill_end64.end bc_skill_end64 --placement=end --parts=acting,decision
 warm_start bc_skill_end96 --config.bc.skill_fraction=1.0 --config.skill_placement=end \
   --config.bc.episodes=96 --config.bc.epochs=1 --config.env.num_tasks.train=96
 gap bc_skill_end96.end bc_skill_end96 --placement=end --parts=acting,decision
+# 16 held-out puzzles (the 8 above and the next 8): enough to tell a 20-point acting gap
+# from a puzzle or two. Then 128 puzzles, measured the same way.
+SIXTEEN=(--placement=end --parts=acting,decision --episodes=16
+         --config.env.num_tasks.valid_unseen=16)
+gap bc_skill_end96.end16 bc_skill_end96 "${SIXTEEN[@]}"
+warm_start bc_skill_end128 --config.bc.skill_fraction=1.0 --config.skill_placement=end \
+  --config.bc.episodes=128 --config.bc.epochs=1 --config.env.num_tasks.train=128
+gap bc_skill_end128.end16 bc_skill_end128 "${SIXTEEN[@]}"
 warm_start bc_plain
 gap bc_plain.end bc_plain --placement=end --parts=acting,decision
 gap bc_skill_end.task_line bc_skill_end --placement=task_line --parts=acting,decision
