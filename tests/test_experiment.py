@@ -356,10 +356,13 @@ def test_a_stop_reaches_the_running_run_as_the_sigterm_it_checkpoints_on(tmp_pat
       target=lambda: status.update(rc=runner(Job("grpo/seed0", str(tmp_path), (), 1))))
   thread.start()
   log = tmp_path / "grpo_seed0.log"
-  for _ in range(300):  # until the run is up
+  # Until the run is up (its SIGTERM handler set): a loaded 2-core machine has taken over
+  # 30 s to start a Python; a SIGTERM before that kills it (rc -15) instead.
+  for _ in range(1200):
     if children and log.exists() and b"training" in log.read_bytes():
       break
     threading.Event().wait(0.1)
+  assert b"training" in log.read_bytes(), "the stand-in run did not start in 120 s"
   experiment.stop_handler(children, stop)(experiment.signal.SIGINT, None)
   thread.join(30)
   assert stop.is_set() and status == {"rc": 7} and not children

@@ -43,7 +43,9 @@ def by_policy():
 def test_remat_changes_neither_the_loss_nor_the_gradients(by_policy, policy):
   (loss, grads), _ = by_policy[policy]
   (loss_kept, grads_kept), _ = by_policy["none"]
-  np.testing.assert_allclose(loss, loss_kept, rtol=1e-6)
+  # A summed loss of ~36: float32 rounding of differently fused sums is a few 1e-5 (1e-6
+  # relative, seen on a CPU with AMX); a wrong recomputation would be far larger.
+  np.testing.assert_allclose(loss, loss_kept, rtol=1e-5)
   for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads_kept)):
     # Recomputation may fuse differently: float32 rounding, relative to the largest entry.
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * float(np.max(np.abs(b))))
