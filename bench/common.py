@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from seed_jax.models.flops import training_flops
+
 
 def time_call(fn, *args, repeats: int = 3) -> float:
   """Best wall time in seconds of `fn(*args)` after one warm-up (compile) call."""
@@ -81,6 +83,17 @@ def barrier_utilisation(lengths_by_episode: list[list[int]]) -> float:
     useful += sum(live)
     padded += len(live) * max(live)
   return useful / max(padded, 1)
+
+
+def useful_training_flops(cfg, sequences) -> tuple[float, int]:
+  """Forward + backward FLOPs over the real tokens of `sequences` ((prompt ids, target ids)
+  pairs), each on its own as if no padding or packing were there, and their token count."""
+  flops, tokens = 0.0, 0
+  for prompt, target in sequences:
+    length = len(prompt) + len(target)
+    flops += training_flops(cfg, 1, length, unembedded=len(target))[0]
+    tokens += length
+  return flops, tokens
 
 
 def emit(record: dict) -> None:

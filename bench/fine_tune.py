@@ -6,7 +6,7 @@ packed sequences, on a run's real examples.
       --config.skill_placement=end [--pack_rows=0,2,4,8 --steps=2]
 
 The config's env expert plays its first `bc.episodes` training tasks and `stage1.bc_examples`
-makes the run's examples, exactly as `Trainer.behaviour_cloning` does; the run's batches
+makes the run's examples (`Trainer.behaviour_cloning_examples`, as the warm start does); the run's batches
 (`sft.step_batches`, the run's seed) are then laid out as rows (`pack_rows=0`: every
 prompt left-padded to the run's longest) or packed k to a sequence, and the first `--steps`
 optimizer steps of the run are timed after compiling (the model, dtype and remat of the
@@ -36,35 +36,11 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from bench.common import emit, matmul_peak_flops  # noqa: E402
-from seed_jax.models.flops import training_flops  # noqa: E402
+from bench.common import emit, matmul_peak_flops, useful_training_flops  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sokoban.py:cpu", "the run")
 _PACK = flags.DEFINE_list("pack_rows", ["0", "2", "4", "8"], "0: rows; k: batch / k sequences")
 _STEPS = flags.DEFINE_integer("steps", 2, "timed optimizer steps of the run")
-
-
-def bc_examples(trainer):
-  """The warm start's examples, as `Trainer.behaviour_cloning` makes them."""
-  from seed_jax.train import stage1  # pylint: disable=import-outside-toplevel
-  from seed_jax.train.expert import collect_demonstrations  # pylint: disable=import-outside-toplevel
-  spec = trainer.spec
-  demos = collect_demonstrations(trainer.pool(), trainer.fmt,
-                                 trainer.tasks("train")[:spec.bc.episodes],
-                                 trainer.env_config.max_steps, spec.seed)
-  return stage1.bc_examples(trainer.tokenizer, demos, skill_fraction=spec.bc.skill_fraction,
-                            task_line_pattern=trainer.fmt.task_line_pattern,
-                            placement=spec.skill_placement, seed=spec.seed)
-
-
-def useful_flops(cfg, examples) -> tuple[float, int]:
-  """Forward + backward FLOPs over the real tokens, each example on its own, and their count."""
-  flops, tokens = 0.0, 0
-  for e in examples:
-    length = len(e.prompt_ids) + len(e.target_ids)
-    flops += training_flops(cfg, 1, length, unembedded=len(e.target_ids))[0]
-    tokens += length
-  return flops, tokens
 
 
 def main(_):
@@ -81,7 +57,7 @@ def main(_):
   with tempfile.TemporaryDirectory(prefix="bench_fine_tune-") as scratch:
     trainer = Trainer(spec, scratch)
     try:
-      examples = bc_examples(trainer)
+      _, examples = trainer.behaviour_cloning_examples()
     finally:
       trainer.close()
     graphdef, params, cfg = trainer.graphdef, trainer.state.params, trainer.model_cfg
@@ -106,7 +82,8 @@ def main(_):
         jax.block_until_ready(metrics)
         seconds.append(time.perf_counter() - start)
         nll = float(metrics["nll"]) if nll is None else nll
-        f, t = useful_flops(cfg, run.batches[i])
+        f, t = useful_training_flops(cfg, [(e.prompt_ids, e.target_ids)
+                                            for e in run.batches[i]])
         flops, tokens = flops + f, tokens + t
       spent = sum(seconds)
       fills = [sft.token_fill(run.host_batch(i)) for i in range(len(run.batches))]

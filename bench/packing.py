@@ -37,9 +37,8 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from bench.common import emit, matmul_peak_flops  # noqa: E402
+from bench.common import emit, matmul_peak_flops, useful_training_flops  # noqa: E402
 from seed_jax.models import load_model  # noqa: E402
-from seed_jax.models.flops import training_flops  # noqa: E402
 from seed_jax.seed import batch as batch_lib  # noqa: E402
 from seed_jax.seed import losses  # noqa: E402
 from seed_jax.seed import packing  # noqa: E402
@@ -80,17 +79,6 @@ def synthetic_turns(vocab: int) -> list[batch_lib.Trajectory]:
   return trajs
 
 
-def useful_flops(cfg, trajs) -> tuple[float, int]:
-  """Forward + backward FLOPs over the real tokens, each turn on its own, and their count."""
-  flops, tokens = 0.0, 0
-  for traj in trajs:
-    step = traj.steps[0]
-    length = len(step.prompt_ids) + len(step.response_ids)
-    flops += training_flops(cfg, 1, length, unembedded=len(step.response_ids))[0]
-    tokens += length
-  return flops, tokens
-
-
 def layout(rows: dict[str, np.ndarray], pack_rows: int) -> dict[str, np.ndarray]:
   if not pack_rows:
     return rows
@@ -113,7 +101,8 @@ def main(_):
       response_len=_RESPONSE.value, prompt_bucket=128, rows_multiple=_TURNS.value,
       shared_prompt_len=False))
   rows["teacher_logprobs"] = np.full(rows["old_logprobs"].shape, -1.5, np.float32)
-  flops, real_tokens = useful_flops(cfg, trajs)
+  flops, real_tokens = useful_training_flops(
+      cfg, [(t.steps[0].prompt_ids, t.steps[0].response_ids) for t in trajs])
   optim_cfg = OptimConfig()
   step = ts.make_train_step(graphdef, optim_cfg, ts.TrainStepConfig(
       micro_batches=_TURNS.value // _MICRO.value, logprob_chunk=512,

@@ -323,17 +323,23 @@ class Trainer:
     """Clones every step of the env expert's episodes on the first `bc.episodes` training
     tasks (the `:cpu` presets' warm start); with `bc.skill_fraction` that share of the
     steps is shown again with the game's oracle skill through H."""
-    tasks = self.tasks("train")[:self.spec.bc.episodes]
     with self.timer("bc"):
-      demos = collect_demonstrations(self.pool(), self.fmt, tasks,
-                                     self.env_config.max_steps, self.spec.seed)
-      examples = stage1.bc_examples(
-          self.tokenizer, demos, skill_fraction=self.spec.bc.skill_fraction,
-          task_line_pattern=self.fmt.task_line_pattern,
-          placement=self.spec.skill_placement, seed=self.spec.seed)
+      demos, examples = self.behaviour_cloning_examples()
       hosts.print0(f"[bc] {sum(d.won for d in demos)}/{len(demos)} expert episodes won, "
             f"{len(examples)} examples")
       self._fine_tune(examples, self.spec.bc.fine_tune, phase="bc")
+
+  def behaviour_cloning_examples(self) -> tuple[list, list]:
+    """(demonstrations, examples): the env expert's episodes on the first `bc.episodes`
+    training tasks and the warm start's examples made from them."""
+    tasks = self.tasks("train")[:self.spec.bc.episodes]
+    demos = collect_demonstrations(self.pool(), self.fmt, tasks, self.env_config.max_steps,
+                                   self.spec.seed)
+    examples = stage1.bc_examples(
+        self.tokenizer, demos, skill_fraction=self.spec.bc.skill_fraction,
+        task_line_pattern=self.fmt.task_line_pattern, placement=self.spec.skill_placement,
+        seed=self.spec.seed)
+    return demos, examples
 
   def stage1(self, keep_library: bool = True) -> None:
     """Rollouts of the base policy, external annotation, skill SFT (module stage1.py).
