@@ -372,13 +372,13 @@ def test_a_stop_reaches_the_running_run_as_the_sigterm_it_checkpoints_on(tmp_pat
 # ------------------------------------------------------------------ aggregation
 
 
-def write_run(folder, train_success, eval_success=None, final=None, skills=None, gap=None):
-  """A run folder as the trainer leaves it: metrics.jsonl, summary.json, analysis/; `gap`:
-  teacher-gap figures of every train record."""
+def write_run(folder, train_success, eval_success=None, final=None, skills=None, fields=None):
+  """A run folder as the trainer leaves it: metrics.jsonl, summary.json, analysis/;
+  `fields`: more figures of every train record (the teacher gap, episodes, seconds)."""
   os.makedirs(folder, exist_ok=True)
   records = [{"step": 0, "phase": "bc", "loss": 1.0}]
   records += [{"step": i + 1, "phase": "train", "success": s, "gate_mean": 0.5 + 0.01 * i,
-               **(gap or {})} for i, s in enumerate(train_success)]
+               **(fields or {})} for i, s in enumerate(train_success)]
   records += [{"step": step, "phase": "eval", "valid_unseen/success": s}
               for step, s in (eval_success or {}).items()]
   with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
@@ -447,7 +447,7 @@ def test_the_results_page_shows_the_teacher_gap_of_each_arm(tmp_path):
   out = str(tmp_path)
   skills = {1: [{"task": "put a mug on desk", "skill": "take the mug to the desk"}]}
   for seed, (action, rest) in enumerate([(0.25, -0.05), (0.75, -0.15)]):
-    write_run(f"{out}/seed/seed{seed}", [0.5], skills=skills, gap={
+    write_run(f"{out}/seed/seed{seed}", [0.5], skills=skills, fields={
         "gap_action_delta_mean": action, "gap_rest_delta_mean": rest,
         "gap_action_gate_above_0.6": 0.5})
   write_run(f"{out}/grpo/seed0", [0.5], skills=skills)  # no teacher gap: joint mode, say
@@ -495,10 +495,63 @@ def test_a_figure_without_data_is_not_drawn(tmp_path):
   assert images == ["success.png", "opd_gate.png"]  # no analysis files: no skills.png
 
 
-def test_mean_std_is_the_sample_standard_deviation():
-  mean, std = aggregate.mean_std([0.0, 0.5, 1.0])
-  assert mean == 0.5 and np.isclose(std, 0.5)
-  assert aggregate.mean_std([0.3]) == (0.3, 0.0)
+def test_the_curves_run_against_the_training_episodes_consumed(tmp_path):
+  write_run(f"{tmp_path}/grpo/seed0", [0.0, 0.5, 0.5], {0: 0.25, 3: 0.5}, final=0.5,
+            fields={"episodes": 16})
+  run = aggregate.read_experiment(str(tmp_path), ["grpo"], [0])["grpo"][0]
+  assert aggregate.episodes_consumed(run) == {0: 0, 1: 16, 2: 32, 3: 48}
+  assert aggregate.episode_axis([run, run]) == {0: 0, 1: 16, 2: 32, 3: 48}
+
+
+def test_run_figures_pool_episodes_and_integrate_the_held_out_curve(tmp_path):
+  # Iterations of 16, 16, 32 and 32 episodes; held-out 0.25 at the warm start, 0.5 after
+  # 64 episodes and 0.75 at the end (96).
+  folder = f"{tmp_path}/seed/seed0"
+  write_run(folder, [0.0, 0.5, 0.25, 1.0], {0: 0.25, 3: 0.5, 4: 0.75}, final=0.75)
+  with open(os.path.join(folder, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f]
+  for record, episodes in zip([r for r in records if r["phase"] == "train"],
+                              [16, 16, 32, 32]):
+    record.update(episodes=episodes, time_rollout_s=10.0, time_update_s=5.0,
+                  gate_hist=[0.1, 0.0, 0.0, 0.1, 0.3, 0.2, 0.1, 0.0, 0.0, 0.2])
+  with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in records)
+  run = aggregate.read_run(folder, "seed", 0)
+  # All episodes: (0*16 + 0.5*16 + 0.25*32 + 1*32) / 96 = 48 / 96.
+  assert aggregate.training_success_rate(run) == pytest.approx(0.5)
+  assert aggregate.training_success_rate(run, last=0.25) == 1.0  # the last iteration
+  assert aggregate.training_success_rate(run, last=0.5) == pytest.approx(0.625)
+  # Trapezoids: 64 * (0.25 + 0.5) / 2 + 32 * (0.5 + 0.75) / 2 = 24 + 20 = 44, over 96.
+  assert aggregate.held_out_auc(run) == pytest.approx(44 / 96)
+  assert aggregate.rl_seconds(run) == 60.0
+  # Bins centred outside [0.4, 0.6] hold 0.1 (at 0.05), 0.1 (0.35), 0.1 (0.65), 0.2 (0.95).
+  assert aggregate.gate_spread(run.train[1]) == pytest.approx(0.5)
+
+
+def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
+  out = str(tmp_path)
+  for seed, (seed_final, grpo_final) in enumerate([(0.5, 0.25), (0.75, 0.5), (0.5, 0.5)]):
+    write_run(f"{out}/seed/seed{seed}", [0.5], {1: seed_final}, final=seed_final,
+              fields={"episodes": 16, "time_rollout_s": 30.0, "time_analysis_s": 6.0,
+                   "gap_action_delta_mean": 0.5 + seed, "gate_hist": [0.5, 0.5]})
+    write_run(f"{out}/grpo/seed{seed}", [0.25], {1: grpo_final}, final=grpo_final,
+              fields={"episodes": 16, "time_rollout_s": 24.0,
+                      "batch_zero_advantage_groups": 1, "update_empty": 3})
+  write_run(f"{out}/no_opd/seed0", [0.25], {1: 0.5}, final=0.5)  # one seed finished
+  page = aggregate.results_markdown(
+      aggregate.read_experiment(out, ["seed", "grpo", "no_opd"], [0, 1, 2]))
+  # Differences 0.25, 0.25, 0: mean 1/6, sd 0.1443; t(0.975, 2) = 4.3027 (tables):
+  # half-width 4.3027 * 0.1443 / sqrt(3) = 0.3586.
+  assert "| seed - grpo | final valid_unseen success | 3 | +0.167 | [-0.192, +0.525] | no |" \
+      in page
+  assert "| seed - grpo | training success, area under the curve | 3 | +0.250 | " \
+      "[+0.250, +0.250] | yes |" in page
+  assert "| no_opd - grpo | final valid_unseen success | 1 | +0.250 | - | no |" in page
+  assert "| seed | 36 ± 0 | 1.50 ± 0.00 |" in page  # 36 s against 24 s
+  assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 |" in page  # 1 group an iteration, 3 steps a run
+  # The teacher: the gap of the only iteration is first and last; both gate bins lie
+  # outside [0.4, 0.6].
+  assert "| seed | 1.500 ± 1.000 | 1.500 ± 1.000 | 1.000 ± 0.000 | 1.000 ± 0.000 |" in page
 
 
 # ------------------------------------------------------------------ a real experiment

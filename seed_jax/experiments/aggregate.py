@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from seed_jax.experiments.jobs import warm_start_workdir
+from seed_jax.experiments.stats import curve_mean, mean_std, paired_difference, pooled_rate
 from seed_jax.metrics import read_metrics
 
 HELD_OUT = "valid_unseen"  # unseen floor plans: the comparison's held-out split
@@ -124,12 +125,6 @@ def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
 # ------------------------------------------------------------------ figures
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-  """Mean and sample standard deviation (0 for a single value)."""
-  values = np.asarray(values, np.float64)
-  return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
-
-
 def final_success(run: RunResults, split: str = HELD_OUT) -> float | None:
   """The final evaluation's success on `split`: the summary's, else the last eval record's
   after RL began (iteration 0 is the warm start's)."""
@@ -138,6 +133,60 @@ def final_success(run: RunResults, split: str = HELD_OUT) -> float | None:
     return run.summary[key]
   steps = [s for s, r in run.evals.items() if s > 0 and isinstance(r.get(key), (int, float))]
   return run.evals[max(steps)][key] if steps else None
+
+
+def episodes_consumed(run: RunResults) -> dict[int, float]:
+  """iteration -> the training episodes played up to and including it (0: the warm start,
+  before any). The x axis of a sample-efficiency curve."""
+  consumed, total = {0: 0.0}, 0.0
+  for step in sorted(run.train):
+    total += run.train[step].get("episodes", 0)
+    consumed[step] = total
+  return consumed
+
+
+def training_success_rate(run: RunResults, last: float = 1.0) -> float | None:
+  """The success rate over the training episodes of the last `last` share of the run's
+  iterations (at least one); with `last=1` over all of them: the area under the
+  training success-against-episodes curve over its width."""
+  steps = [s for s in sorted(run.train) if _is_number(run.train[s].get("success"))]
+  if not steps:
+    return None
+  steps = steps[-max(1, math.ceil(last * len(steps))):]
+  return pooled_rate([run.train[s]["success"] for s in steps],
+                     [run.train[s].get("episodes", 1) for s in steps])
+
+
+def held_out_auc(run: RunResults, split: str = HELD_OUT) -> float | None:
+  """The mean held-out success over the run's training episodes: the area under the
+  piecewise-linear held-out curve (from the warm start's evaluation at 0 episodes) over its
+  width; None with fewer than two evaluations."""
+  consumed, key = episodes_consumed(run), f"{split}/success"
+  points = sorted((consumed[s], r[key]) for s, r in run.evals.items()
+                  if s in consumed and _is_number(r.get(key)))
+  if len(points) < 2:
+    return None
+  return curve_mean([x for x, _ in points], [y for _, y in points])
+
+
+def rl_seconds(run: RunResults) -> float | None:
+  """The run's RL wall time: its iterations' rollout, analysis and update seconds (the
+  evaluations, the same for every arm, left out)."""
+  if not run.train:
+    return None
+  return float(sum(v for record in run.train.values() for k, v in record.items()
+                   if k.startswith("time_") and k.endswith("_s") and _is_number(v)))
+
+
+def gate_spread(record: dict[str, Any]) -> float | None:
+  """The share of OPD-active tokens whose gate is outside [0.4, 0.6] (from the `train`
+  record's `gate_hist`, equal bins over [0, 1]): how many tokens the teacher moves away
+  from the uniform 0.5 a teacher with no knowledge of its own gives."""
+  hist = record.get("gate_hist")
+  if not hist:
+    return None
+  centres = (np.arange(len(hist)) + 0.5) / len(hist)
+  return float(np.sum(np.asarray(hist)[np.abs(centres - 0.5) > 0.1]))
 
 
 def curve(runs: Sequence[RunResults], value: Callable[[RunResults, int], float | None],
@@ -169,13 +218,13 @@ def _is_number(value: Any) -> bool:
           and math.isfinite(value))
 
 
-def _fmt(values: Sequence[Any] | None) -> str:
+def _fmt(values: Sequence[Any] | None, digits: int = 3) -> str:
   """"mean ± std" of the finite numbers among `values`; "-" for none."""
   values = [v for v in values or () if _is_number(v)]
   if not values:
     return "-"
   mean, std = mean_std(values)
-  return f"{mean:.3f} ± {std:.3f}"
+  return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 # ------------------------------------------------------------------ the page
@@ -214,6 +263,109 @@ GAP_COLUMNS = (("teacher gap, action block", "gap_action_delta_mean"),
                ("teacher gap, failed", "gap_failed_delta_mean"))
 
 
+BASELINE = "grpo"  # the arm every other arm is paired against, when the experiment has it
+
+# The figures compared between paired runs: (name, run -> figure or None).
+PAIRED_FIGURES: tuple[tuple[str, Callable[[RunResults], float | None]], ...] = (
+    (f"final {HELD_OUT} success", final_success),
+    (f"{HELD_OUT} success, area under the curve", held_out_auc),
+    ("training success, last quarter of the iterations",
+     lambda run: training_success_rate(run, last=0.25)),
+    ("training success, area under the curve", training_success_rate),
+)
+
+
+def _finished_by_seed(runs: Sequence[RunResults]) -> dict[int, RunResults]:
+  return {run.seed: run for run in runs if run.summary is not None}
+
+
+def paired_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE) -> list[str]:
+  """Every other arm minus `baseline`, per figure, over the seeds both finished: the mean
+  difference, its paired 95% t interval and whether the interval excludes zero."""
+  if baseline not in results:
+    return []
+  base = _finished_by_seed(results[baseline])
+  lines = ["", f"## Each arm minus {baseline}, paired over seeds", "",
+           "Per seed the same warm start, games and sampling seeds; the interval is the "
+           "Student-t 95% interval of the mean per-seed difference (n - 1 degrees of "
+           "freedom; none with one seed). Areas under the curves are over training "
+           "episodes, divided by their width: a mean success rate.", "",
+           "| difference | figure | seeds | mean | 95% interval | excludes 0 |",
+           "|---|---|---|---|---|---|"]
+  for arm in results:
+    if arm == baseline:
+      continue
+    runs = _finished_by_seed(results[arm])
+    for name, figure in PAIRED_FIGURES:
+      pairs = [(figure(runs[s]), figure(base[s])) for s in sorted(set(runs) & set(base))]
+      pairs = [(a, b) for a, b in pairs if _is_number(a) and _is_number(b)]
+      diff = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+      interval = (f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n > 1 else "-")
+      mean = f"{diff.mean:+.3f}" if diff.n else "-"
+      lines.append(f"| {arm} - {baseline} | {name} | {diff.n} | {mean} | {interval} | "
+                   f"{'yes' if diff.excludes_zero else 'no'} |")
+  return lines
+
+
+def cost_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE) -> list[str]:
+  """RL wall time per arm and, paired by seed, its ratio to the baseline's."""
+  lines = ["", "## Wall time of RL", "",
+           "Rollout, analysis and update seconds of the finished runs (evaluations left "
+           f"out); the ratio to {baseline} is per seed, then averaged.", "",
+           f"| arm | RL seconds | ratio to {baseline} |", "|---|---|---|"]
+  base = _finished_by_seed(results.get(baseline, []))
+  for arm, runs in results.items():
+    finished = _finished_by_seed(runs)
+    ratios = [rl_seconds(finished[s]) / rl_seconds(base[s])
+              for s in sorted(set(finished) & set(base)) if rl_seconds(base[s])]
+    lines.append(f"| {arm} | {_fmt([rl_seconds(r) for r in finished.values()], 0)} | "
+                 f"{_fmt(ratios, 2)} |")
+  return lines
+
+
+def signal_lines(results: dict[str, list[RunResults]]) -> list[str]:
+  """How often GRPO had nothing to learn from: groups whose advantages were all zero, and
+  the optimizer steps skipped for want of any signal (`rl.skip_zero_advantage_groups`)."""
+  def total(run: RunResults, key: str) -> float:
+    return float(sum(r.get(key, 0) for r in run.train.values()))
+  lines = ["", "## Groups without a GRPO signal", "",
+           "Per run: groups whose episodes all scored the same (zero advantages), per "
+           "iteration, and the mini-batch steps with nothing to learn from (skipped with "
+           "`rl.skip_zero_advantage_groups`), over the whole run.", "",
+           "| arm | zero-advantage groups per iteration | mini-batch steps skipped |",
+           "|---|---|---|"]
+  for arm, runs in results.items():
+    runs = [run for run in runs if run.train]
+    lines.append(
+        f"| {arm} | {_fmt([total(r, 'batch_zero_advantage_groups') / len(r.train) for r in runs], 2)}"
+        f" | {_fmt([total(r, 'update_empty') for r in runs], 1)} |")
+  return lines
+
+
+def gap_lines(results: dict[str, list[RunResults]]) -> list[str]:
+  """The teacher gap on the action block and the gate's spread at the first and the last
+  iteration, per arm with a teacher."""
+  arms = [a for a, runs in results.items()
+          if any("gate_hist" in rec for run in runs for rec in run.train.values())]
+  if not arms:
+    return []
+  lines = ["", "## The teacher at the start and the end of RL", "",
+           "Teacher gap: the mean shift `teacher - student` log-prob of the action block at "
+           "theta_old (\"precomputed\" teacher mode). Gate spread: the share of OPD-active "
+           "tokens whose gate is outside [0.4, 0.6] (a teacher that knows nothing more "
+           "than its student leaves every gate near 0.5).", "",
+           "| arm | teacher gap, first iteration | last iteration | gate spread, first "
+           "iteration | last iteration |", "|---|---|---|---|---|"]
+  for arm in arms:
+    firsts = [run.train[min(run.train)] for run in results[arm] if run.train]
+    lasts = [run.train[max(run.train)] for run in results[arm] if run.train]
+    lines.append(
+        f"| {arm} | {_fmt([r.get('gap_action_delta_mean') for r in firsts])} | "
+        f"{_fmt([r.get('gap_action_delta_mean') for r in lasts])} | "
+        f"{_fmt([gate_spread(r) for r in firsts])} | {_fmt([gate_spread(r) for r in lasts])} |")
+  return lines
+
+
 def results_markdown(results: dict[str, list[RunResults]],
                      descriptions: dict[str, str] | None = None,
                      images: Sequence[str] = (), command: str = "") -> str:
@@ -246,6 +398,8 @@ def results_markdown(results: dict[str, list[RunResults]],
             "| iteration | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
   for step in steps:
     lines.append(f"| {step} | " + " | ".join(_fmt(curves[a].get(step)) for a in arms) + " |")
+  lines += (paired_lines(results) + cost_lines(results) + signal_lines(results)
+            + gap_lines(results))
   skill_arms = [a for a in arms if any(r.skills for r in results[a])]
   if skill_arms:
     lines += ["", "## Skills and the OPD gate, last iteration", "",
@@ -270,6 +424,14 @@ def results_markdown(results: dict[str, list[RunResults]],
   return "\n".join(lines) + "\n"
 
 
+def episode_axis(runs: Sequence[RunResults]) -> dict[int, float]:
+  """iteration -> the training episodes consumed by then, the mean over the runs that got
+  there (the same for every seed of an arm: the games per iteration are fixed)."""
+  return {step: float(np.mean(values)) for step, values in curve(
+      runs, lambda run, step: episodes_consumed(run)[step],
+      lambda run: episodes_consumed(run)).items()}
+
+
 def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]:
   """Writes the CURVES PNGs into `out` (a panel without any data is left out, a file
   without any panel is not written); returns the file names."""
@@ -287,15 +449,17 @@ def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]
                              sharey=name in SHARED_Y)
     for ax, (title, arms) in zip(axes.flat, data):
       for arm, points in arms.items():
+        axis = episode_axis(results[arm])
+        points = {step: v for step, v in points.items() if step in axis}
         if not points:
           continue
-        steps = np.array(list(points))
+        episodes = np.array([axis[step] for step in points])
         stats = np.array([mean_std(v) for v in points.values()])
-        ax.plot(steps, stats[:, 0], marker="o", markersize=3, label=arm)
-        ax.fill_between(steps, stats[:, 0] - stats[:, 1], stats[:, 0] + stats[:, 1],
+        ax.plot(episodes, stats[:, 0], marker="o", markersize=3, label=arm)
+        ax.fill_between(episodes, stats[:, 0] - stats[:, 1], stats[:, 0] + stats[:, 1],
                         alpha=0.2)
       ax.set_title(title, fontsize=9)
-      ax.set_xlabel("iteration")
+      ax.set_xlabel("training episodes consumed")
       ax.xaxis.set_major_locator(MaxNLocator(integer=True))
       ax.grid(alpha=0.3)
       ax.legend(fontsize=8)
