@@ -546,7 +546,7 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
       in page
   assert "| seed - grpo | training success, area under the curve | 3 | +0.250 | " \
       "[+0.250, +0.250] | yes |" in page
-  assert "| no_opd - grpo | final valid_unseen success | 1 | +0.250 | - | no |" in page
+  assert "| no_opd - grpo | final valid_unseen success | 1 | +0.250 | - | - |" in page
   assert "| seed | 36 ± 0 | 1.50 ± 0.00 |" in page  # 36 s against 24 s
   assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 |" in page  # 1 group an iteration, 3 steps a run
   # The teacher: the gap of the only iteration is first and last; both gate bins lie

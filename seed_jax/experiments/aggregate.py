@@ -302,8 +302,9 @@ def paired_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE)
       diff = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
       interval = (f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n > 1 else "-")
       mean = f"{diff.mean:+.3f}" if diff.n else "-"
+      excludes = "-" if diff.n < 2 else "yes" if diff.excludes_zero else "no"
       lines.append(f"| {arm} - {baseline} | {name} | {diff.n} | {mean} | {interval} | "
-                   f"{'yes' if diff.excludes_zero else 'no'} |")
+                   f"{excludes} |")
   return lines
 
 
