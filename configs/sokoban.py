@@ -38,8 +38,8 @@ def _learn(c):
   warm start, results/sokoban_pilots/): after one epoch of cloning on puzzles of up to 12
   moves the plain policy chose its move almost uniformly (entropy 1.28 nats of 1.39,
   p(expert) 0.31) and won 0-25% of an iteration's games, as random play does; GRPO had a
-  signal in about one group of four and did not learn in 5 to 8 iterations (learning
-  rates 1e-5 to 1e-4; pools of 64, 8 or 4 puzzles; groups of 4 or 8). Random play wins 19%
+  signal in about one group of four and did not learn in 3 to 8 iterations (learning
+  rates 1e-5 to 1e-4; pools of 64, 16, 8 or 4 puzzles; groups of 4 or 8). Random play wins 19%
   of the 2-3-move puzzles within 6 turns, so most groups of 4 carry a signal; two epochs of
   cloning on the board alone (no history) give the plain policy its best chance to learn
   to read it; the plan-reading teacher still wins far more (its gap: docs/results.md).

@@ -337,9 +337,9 @@ def signal_lines(results: dict[str, list[RunResults]]) -> list[str]:
            "|---|---|---|"]
   for arm, runs in results.items():
     runs = [run for run in runs if run.train]
-    lines.append(
-        f"| {arm} | {_fmt([total(r, 'batch_zero_advantage_groups') / len(r.train) for r in runs], 2)}"
-        f" | {_fmt([total(r, 'update_empty') for r in runs], 1)} |")
+    per_iteration = [total(r, "batch_zero_advantage_groups") / len(r.train) for r in runs]
+    lines.append(f"| {arm} | {_fmt(per_iteration, 2)} | "
+                 f"{_fmt([total(r, 'update_empty') for r in runs], 1)} |")
   return lines
 
 
@@ -428,9 +428,11 @@ def results_markdown(results: dict[str, list[RunResults]],
 def episode_axis(runs: Sequence[RunResults]) -> dict[int, float]:
   """iteration -> the training episodes consumed by then, the mean over the runs that got
   there (the same for every seed of an arm: the games per iteration are fixed)."""
-  return {step: float(np.mean(values)) for step, values in curve(
-      runs, lambda run, step: episodes_consumed(run)[step],
-      lambda run: episodes_consumed(run)).items()}
+  by_step: dict[int, list[float]] = {}
+  for run in runs:
+    for step, episodes in episodes_consumed(run).items():
+      by_step.setdefault(step, []).append(episodes)
+  return {step: float(np.mean(values)) for step, values in sorted(by_step.items())}
 
 
 def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]:
@@ -440,6 +442,7 @@ def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   from matplotlib.ticker import MaxNLocator  # pylint: disable=import-outside-toplevel
+  axes_by_arm = {arm: episode_axis(runs) for arm, runs in results.items()}
   written = []
   for name, panels in CURVES.items():
     data = [(title, {arm: fn(runs) for arm, runs in results.items()}) for title, fn in panels]
@@ -450,7 +453,7 @@ def plot_experiment(results: dict[str, list[RunResults]], out: str) -> list[str]
                              sharey=name in SHARED_Y)
     for ax, (title, arms) in zip(axes.flat, data):
       for arm, points in arms.items():
-        axis = episode_axis(results[arm])
+        axis = axes_by_arm[arm]
         points = {step: v for step, v in points.items() if step in axis}
         if not points:
           continue
