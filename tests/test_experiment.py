@@ -533,7 +533,8 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   for seed, (seed_final, grpo_final) in enumerate([(0.5, 0.25), (0.75, 0.5), (0.5, 0.5)]):
     write_run(f"{out}/seed/seed{seed}", [0.5], {1: seed_final}, final=seed_final,
               fields={"episodes": 16, "time_rollout_s": 30.0, "time_analysis_s": 6.0,
-                   "gap_action_delta_mean": 0.5 + seed, "gate_hist": [0.5, 0.5]})
+                   "gap_action_delta_mean": 0.5 + seed, "gap_rest_delta_mean": -seed,
+                   "gate_hist": [0.5, 0.5]})
     write_run(f"{out}/grpo/seed{seed}", [0.25], {1: grpo_final}, final=grpo_final,
               fields={"episodes": 16, "time_rollout_s": 24.0,
                       "batch_zero_advantage_groups": 1, "update_empty": 3})
@@ -549,9 +550,10 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   assert "| no_opd - grpo | final valid_unseen success | 1 | +0.250 | - | - |" in page
   assert "| seed | 36 ± 0 | 1.50 ± 0.00 |" in page  # 36 s against 24 s
   assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 |" in page  # 1 group an iteration, 3 steps a run
-  # The teacher: the gap of the only iteration is first and last; both gate bins lie
-  # outside [0.4, 0.6].
-  assert "| seed | 1.500 ± 1.000 | 1.500 ± 1.000 | 1.000 ± 0.000 | 1.000 ± 0.000 |" in page
+  # The teacher: the gap of the only iteration is first and last (action block 0.5, 1.5,
+  # 2.5; the rest 0, -1, -2); both gate bins lie outside [0.4, 0.6].
+  assert ("| seed | 1.500 ± 1.000 | 1.500 ± 1.000 | -1.000 ± 1.000 | -1.000 ± 1.000 | "
+          "1.000 ± 0.000 | 1.000 ± 0.000 |") in page
 
 
 # ------------------------------------------------------------------ a real experiment

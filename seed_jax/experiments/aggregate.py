@@ -344,26 +344,29 @@ def signal_lines(results: dict[str, list[RunResults]]) -> list[str]:
 
 
 def gap_lines(results: dict[str, list[RunResults]]) -> list[str]:
-  """The teacher gap on the action block and the gate's spread at the first and the last
-  iteration, per arm with a teacher."""
+  """The teacher gap on the action block and on the rest of the response, and the gate's
+  spread, at the first and the last iteration, per arm with a teacher."""
   arms = [a for a, runs in results.items()
           if any("gate_hist" in rec for run in runs for rec in run.train.values())]
   if not arms:
     return []
   lines = ["", "## The teacher at the start and the end of RL", "",
-           "Teacher gap: the mean shift `teacher - student` log-prob of the action block at "
-           "theta_old (\"precomputed\" teacher mode). Gate spread: the share of OPD-active "
-           "tokens whose gate is outside [0.4, 0.6] (a teacher that knows nothing more "
-           "than its student leaves every gate near 0.5).", "",
-           "| arm | teacher gap, first iteration | last iteration | gate spread, first "
-           "iteration | last iteration |", "|---|---|---|---|---|"]
+           "Teacher gap: the mean shift `teacher - student` log-prob of the sampled tokens "
+           "at theta_old (\"precomputed\" teacher mode), on the action block and on the "
+           "rest of the response (where a format that thinks before it acts decides its "
+           "move; the action block then only repeats it). Gate spread: the share of "
+           "OPD-active tokens whose gate is outside [0.4, 0.6] (a teacher that knows nothing "
+           "more than its student leaves every gate near 0.5).", "",
+           "| arm | gap on the action block, first iteration | last iteration | gap on the "
+           "rest, first iteration | last iteration | gate spread, first iteration | "
+           "last iteration |", "|---|---|---|---|---|---|---|"]
   for arm in arms:
     firsts = [run.train[min(run.train)] for run in results[arm] if run.train]
     lasts = [run.train[max(run.train)] for run in results[arm] if run.train]
-    lines.append(
-        f"| {arm} | {_fmt([r.get('gap_action_delta_mean') for r in firsts])} | "
-        f"{_fmt([r.get('gap_action_delta_mean') for r in lasts])} | "
-        f"{_fmt([gate_spread(r) for r in firsts])} | {_fmt([gate_spread(r) for r in lasts])} |")
+    cells = [_fmt([r.get(f"gap_{part}_delta_mean") for r in records])
+             for part in ("action", "rest") for records in (firsts, lasts)]
+    cells += [_fmt([gate_spread(r) for r in records]) for records in (firsts, lasts)]
+    lines.append(f"| {arm} | " + " | ".join(cells) + " |")
   return lines
 
 

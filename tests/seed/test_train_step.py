@@ -259,3 +259,28 @@ def test_end_to_end_oracle_skills_h_batch_step(setup):
   assert int(state.step) == 1 and np.isfinite(float(out["loss"]))
   sums = out["sums"]  # the raw sums: update_metrics turns an update's into means
   assert float(sums["opd_tokens"]) == 6 * 3 and float(sums["tokens"]) == 8 * 3
+
+
+@pytest.mark.parametrize("eps", [1.0, 1e-8], ids=["gradient-proportional", "adam-sign-like"])
+def test_a_grpo_step_raises_the_tokens_of_positive_advantage_and_lowers_the_others(setup, eps):
+  """The direction of the outcome update, whatever the optimizer's scaling: after one GRPO
+  step (no OPD, KL or entropy) on an on-policy batch (old log-probs = the current policy's,
+  so no ratio is clipped), the advantage-weighted change of the response log-probs is
+  positive, and rows of positive advantage gain more log-prob than rows of negative."""
+  graphdef, params, batch, score = setup
+  before = score(params, ts.side_inputs(batch, "student"), RESP)
+  on_policy = dict(batch, old_logprobs=before)
+  cfg = ts.TrainStepConfig(teacher_mode="precomputed", logprob_chunk=3, loss=losses.LossConfig(
+      lambda_opd=0.0, kl_coef=0.0, entropy_coef=0.0))
+  optim = OptimConfig(learning_rate=1e-3, eps=eps, weight_decay=0.0)
+  state, _ = ts.make_train_step(graphdef, optim, cfg)(
+      ts.init_train_state(jax.tree.map(jnp.copy, params), optim), on_policy)
+  after = score(state.params, ts.side_inputs(batch, "student"), RESP)
+
+  mask = np.asarray(batch["response_mask"]) * np.asarray(batch["outcome_mask"])[:, None]
+  advantages = np.asarray(batch["advantages"])
+  change = (np.asarray(after) - np.asarray(before)) * mask
+  row_change = change.sum(1) / np.maximum(mask.sum(1), 1)
+  assert (advantages > 0).any() and (advantages < 0).any()
+  assert float((advantages[:, None] * change).sum()) > 0
+  assert row_change[advantages > 0].mean() > row_change[advantages < 0].mean()
