@@ -346,7 +346,7 @@ def test_a_stop_reaches_the_running_run_as_the_sigterm_it_checkpoints_on(tmp_pat
   # A stand-in for seed_jax.main that, like the trainer, exits cleanly on SIGTERM.
   script = ("import signal, sys, time\n"
             "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))\n"
-            "print('training', flush=True)\n"
+            "print('run' + ' started', flush=True)\n"
             "time.sleep(60)\n")
   children, stop = set(), threading.Event()
   runner = experiment.subprocess_runner(lambda job: [sys.executable, "-c", script],
@@ -357,12 +357,13 @@ def test_a_stop_reaches_the_running_run_as_the_sigterm_it_checkpoints_on(tmp_pat
   thread.start()
   log = tmp_path / "grpo_seed0.log"
   # Until the run is up (its SIGTERM handler set): a loaded 2-core machine has taken over
-  # 30 s to start a Python; a SIGTERM before that kills it (rc -15) instead.
+  # 30 s to start a Python; a SIGTERM before that kills it (rc -15) instead. The marker is
+  # printed split in the script, so the log's echo of the command does not contain it.
   for _ in range(1200):
-    if children and log.exists() and b"training" in log.read_bytes():
+    if children and log.exists() and b"run started" in log.read_bytes():
       break
     threading.Event().wait(0.1)
-  assert b"training" in log.read_bytes(), "the stand-in run did not start in 120 s"
+  assert b"run started" in log.read_bytes(), "the stand-in run did not start in 120 s"
   experiment.stop_handler(children, stop)(experiment.signal.SIGINT, None)
   thread.join(30)
   assert stop.is_set() and status == {"rc": 7} and not children
