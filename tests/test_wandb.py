@@ -8,6 +8,7 @@ import json
 import logging
 import struct
 import sys
+import time
 
 import pytest
 
@@ -32,6 +33,8 @@ def _records(path: str) -> list:
     if room < 7 or (length == 0 and kind == 0):  # the block's zero-filled tail
       pos += room
       continue
+    if pos + 7 + length > len(data):  # a chunk still being written
+      break
     chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
     if kind == 1:  # full
       chunks.append(chunk)
@@ -48,11 +51,24 @@ def _records(path: str) -> list:
   return records
 
 
+def _finished_records(path: str, timeout_s: float = 60.0) -> list:
+  """The records of a run's `.wandb` file once it ends with the run's exit record: W&B's
+  service process writes the file and may still be flushing it when `finish()` returns
+  (seen in CI: the last run's history row missing)."""
+  deadline = time.monotonic() + timeout_s
+  while True:
+    records = _records(path)
+    if (records and records[-1].WhichOneof("record_type") == "exit"
+        or time.monotonic() > deadline):
+      return records
+    time.sleep(0.2)
+
+
 def _offline_run(workdir) -> dict:
   """The runs (by id) of `workdir/wandb`: config, group, name and history rows."""
   runs = {}
   for path in sorted(glob.glob(str(workdir / "wandb" / "offline-run-*" / "run-*.wandb"))):
-    for record in _records(path):
+    for record in _finished_records(path):
       kind = record.WhichOneof("record_type")
       if kind == "run":
         run = runs.setdefault(record.run.run_id, {"history": []})
