@@ -2,7 +2,7 @@
 
   python -m seed_jax.experiment --config=configs/alfworld.py:compare \
       --algorithms=seed,seed_oracle,grpo --seeds=0,1,2 --out=runs/exp \
-      [--parallel=N] [--config.KEY=VALUE ...] [--aggregate_only]
+      [--parallel=N] [--teacher_gap] [--config.KEY=VALUE ...] [--aggregate_only]
 
 Each run is `python -m seed_jax.main` in its own workdir, `<out>/<arm>/seed<k>` (its output
 also goes to `<out>/logs/`). The arms of one seed share their warm start (behaviour cloning
@@ -14,6 +14,14 @@ the running ones checkpoint and stop (a second Ctrl-C ends them at once). At the
 with `--aggregate_only`, without running anything) the runs' metrics become
 `<out>/results.md` and `<out>/*.png` (seed_jax/experiments/aggregate.py), headed by the
 command (kept in `<out>/command.txt`). `--config.KEY=VALUE` applies to every run.
+
+`--teacher_gap`: does the teacher know more than the student, before and after RL? Each
+run, warm starts included, is measured by `seed_jax.teacher_gap` on its final weights as it
+finishes (before the next run starts, so no timed run shares the machine with it), into
+`<run>/teacher_gap.json`: the behaviour-cloning warm start acts (acting gap, content
+score), every run gets the expert decisions' probabilities (decision gap). Checkpoints are
+not kept across machines, so a run finished without its measurement is measured at the
+next start if its checkpoint is still there.
 
 Runs go one after another by default: each uses every core for XLA. `--parallel=N` runs N
 at once, for machines with cores to spare. The compiled programs are cached in
@@ -44,14 +52,16 @@ from ml_collections import config_flags
 
 from seed_jax.experiments import aggregate
 from seed_jax.experiments.arms import Arm, check_arm_overrides, get_arm
-from seed_jax.experiments.jobs import Job, plan_jobs, run_jobs
+from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, Job, is_finished,
+                                       needs_teacher_gap, plan_jobs, run_jobs,
+                                       teacher_gap_parts)
 
 
 def _define_flags() -> None:
   """The command's flags, defined only when it runs as a command: imported (by the tests),
   the module must not add required flags to every absl program of the process."""
   # pylint: disable-next=global-statement
-  global _CONFIG, _ALGORITHMS, _SEEDS, _OUT, _PARALLEL, _AGGREGATE_ONLY
+  global _CONFIG, _ALGORITHMS, _SEEDS, _OUT, _PARALLEL, _AGGREGATE_ONLY, _TEACHER_GAP
   _CONFIG = config_flags.DEFINE_config_file(
       "config", None, "config file and preset of every run, e.g. configs/alfworld.py:compare",
       lock_config=True)
@@ -63,6 +73,11 @@ def _define_flags() -> None:
   _PARALLEL = flags.DEFINE_integer("parallel", 1, "runs at once (each uses every core)")
   _AGGREGATE_ONLY = flags.DEFINE_bool("aggregate_only", False,
                                       "only re-render results.md and the PNGs from the runs")
+  _TEACHER_GAP = flags.DEFINE_bool(
+      "teacher_gap", False,
+      "after each run and warm start, measure the teacher gap of its final weights on the "
+      "held-out split into <run>/teacher_gap.json (seed_jax.teacher_gap; runs finished "
+      "earlier are measured first while their checkpoints exist)")
   flags.mark_flags_as_required(["out"])
 
 # The runs' environment, taken before anything imports jax: its import sets variables
@@ -104,6 +119,28 @@ def job_command(job: Job, config_arg: str) -> list[str]:
           f"--workdir={job.workdir}"] + [override_arg(k, v) for k, v in job.overrides]
 
 
+def teacher_gap_command(job: Job, config_arg: str) -> list[str]:
+  """`seed_jax.teacher_gap` on the job's final weights, with the job's config, on every
+  held-out task; its JSON goes to `<workdir>/teacher_gap.json`."""
+  return [sys.executable, "-m", "seed_jax.teacher_gap", f"--config={config_arg}",
+          f"--init={job.workdir}", f"--split={aggregate.HELD_OUT}", "--episodes=0",
+          f"--parts={','.join(teacher_gap_parts(job))}",
+          f"--json={os.path.join(job.workdir, TEACHER_GAP_FILE)}"] + [
+              override_arg(k, v) for k, v in job.overrides]
+
+
+def with_teacher_gap(runner: Callable[[Job], int], measure: Callable[[Job], int],
+                     stop: threading.Event) -> Callable[[Job], int]:
+  """`runner`, then `measure` of the job once it has finished (its status is the run's:
+  a failed measurement is reported in the log and tried again at the next start)."""
+  def run(job: Job) -> int:
+    status = runner(job)
+    if status == 0 and not stop.is_set() and is_finished(job) and needs_teacher_gap(job):
+      measure(job)
+    return status
+  return run
+
+
 def check_configs(config, arms: Sequence[Arm]) -> None:
   """Every arm's run spec (and the warm starts') is built now, so a bad value fails before
   the first run rather than hours into the experiment."""
@@ -129,13 +166,15 @@ def check_configs(config, arms: Sequence[Arm]) -> None:
 
 
 def subprocess_runner(command_of: Callable[[Job], list[str]], logs: str, echo: bool,
-                      env: dict[str, str], children: set[subprocess.Popen]):
+                      env: dict[str, str], children: set[subprocess.Popen],
+                      what: str = ""):
   """Runs a job as the process `command_of(job)` (`job_command`: `seed_jax.main`), its
-  output appended to `logs/<job>.log` (and shown here when `echo`); `children` holds the
-  running processes, for `stop_handler`."""
+  output appended to `logs/<job>[_<what>].log` (and shown here when `echo`); `children`
+  holds the running processes, for `stop_handler`."""
   def run(job: Job) -> int:
     command = command_of(job)
-    log_path = os.path.join(logs, job.name.replace("/", "_") + ".log")
+    log_path = os.path.join(logs, job.name.replace("/", "_")
+                            + (f"_{what.replace(' ', '_')}" if what else "") + ".log")
     with open(log_path, "ab") as log:
       log.write(f"$ {shlex.join(command)}\n".encode())
       log.flush()
@@ -158,7 +197,8 @@ def subprocess_runner(command_of: Callable[[Job], list[str]], logs: str, echo: b
         process.returncode = os.waitstatus_to_exitcode(status)
       finally:
         children.discard(process)
-      line = (f"[experiment] {job.name}: exit {process.returncode}, "
+      line = (f"[experiment] {job.name}{' ' + what if what else ''}: "
+              f"exit {process.returncode}, "
               f"{time.monotonic() - start:.0f} s wall, "
               f"{usage.ru_utime + usage.ru_stime:.0f} s CPU\n")
       log.write(line.encode())
@@ -189,9 +229,11 @@ def reproducing_command(argv: Sequence[str]) -> str:
 
 
 def run_experiment(config, arms: Sequence[Arm], seeds: Sequence[int], out: str,
-                   parallel: int):
+                   parallel: int, teacher_gap: bool = False):
   """Runs the experiment's unfinished runs; returns the `Outcome`. SIGTERM or Ctrl-C:
-  no new run starts, the running ones are asked to checkpoint and stop."""
+  no new run starts, the running ones are asked to checkpoint and stop. With
+  `teacher_gap`, each finished run's teacher gap is measured (`teacher_gap_command`)
+  before the next run starts: first those finished earlier, then each as it finishes."""
   overrides = config_overrides(sys.argv[1:])
   check_configs(config, arms)
   jobs = plan_jobs(out, arms, seeds, config.rl.iterations, overrides)
@@ -203,8 +245,16 @@ def run_experiment(config, arms: Sequence[Arm], seeds: Sequence[int], out: str,
   stop = threading.Event()
   signal.signal(signal.SIGTERM, stop_handler(children, stop))
   signal.signal(signal.SIGINT, stop_handler(children, stop))
-  runner = subprocess_runner(lambda job: job_command(job, config_arg),
-                             os.path.join(out, "logs"), parallel == 1, env, children)
+  logs = os.path.join(out, "logs")
+  runner = subprocess_runner(lambda job: job_command(job, config_arg), logs, parallel == 1,
+                             env, children)
+  if teacher_gap:
+    measure = subprocess_runner(lambda job: teacher_gap_command(job, config_arg), logs,
+                                parallel == 1, env, children, what="teacher gap")
+    for job in jobs:
+      if not stop.is_set() and needs_teacher_gap(job):
+        measure(job)
+    runner = with_teacher_gap(runner, measure, stop)
   outcome = run_jobs(jobs, runner, parallel=parallel, stop=stop)
   print(f"[experiment] {len(outcome.skipped)} runs already finished, "
         f"{len(outcome.finished)} finished now, {len(outcome.unfinished)} unfinished "
@@ -233,7 +283,8 @@ def main(argv: Sequence[str]) -> None:
     os.makedirs(out, exist_ok=True)
     with open(command_file, "w") as f:
       f.write(reproducing_command(sys.argv) + "\n")
-    outcome = run_experiment(_CONFIG.value, arms, seeds, out, _PARALLEL.value)
+    outcome = run_experiment(_CONFIG.value, arms, seeds, out, _PARALLEL.value,
+                             _TEACHER_GAP.value)
   command = (open(command_file).read().strip() if os.path.exists(command_file)
              else reproducing_command(sys.argv))
   path = aggregate.write_results(out, [arm.name for arm in arms], seeds,

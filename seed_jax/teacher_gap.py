@@ -33,6 +33,8 @@ from typing import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
+from seed_jax import paths
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "config file, optionally with a preset: configs/alfworld.py:cpu",
     lock_config=True)
@@ -100,9 +102,8 @@ def main(argv: Sequence[str]) -> None:
       trainer.close()
   result["init"] = spec.init_from or spec.model.name
   print(teacher_gap.format_table(result))
-  if _JSON.value:
-    with open(_JSON.value, "w", encoding="utf-8") as f:
-      json.dump(result, f, indent=2)
+  if _JSON.value:  # whole or not at all: the experiment measures a run without one
+    paths.write_text(_JSON.value, json.dumps(result, indent=2))
     print(f"written: {_JSON.value}")
 
 

@@ -19,7 +19,8 @@ from seed_jax import experiment
 from seed_jax.experiments import aggregate
 from seed_jax.experiments.arms import (BC, LIBRARY, STAGE1, Arm, check_arm_overrides,
                                        get_arm)
-from seed_jax.experiments.jobs import (Job, checkpoint_steps, is_finished, plan_jobs,
+from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, Job, checkpoint_steps,
+                                       is_finished, needs_teacher_gap, plan_jobs,
                                        prepare_workdir, run_jobs)
 from seed_jax.train.algorithms import ALGORITHMS
 from tests.train.conftest import tiny_model  # noqa: F401  (a fixture)
@@ -135,6 +136,18 @@ def test_a_run_is_the_main_command_in_its_workdir_with_its_overrides():
                          "--workdir=/out/grpo/seed0", "--config.seed=0",
                          "--config.eval.at_end=False",
                          "--config.eval.splits=('valid_unseen',)"]
+
+
+def test_the_teacher_gap_of_a_run_is_measured_with_its_config_on_its_final_weights():
+  warm = Job("warm_start/seed0/bc", "/out/warm_start/seed0/bc", (("seed", 0),), 0)
+  arm = Job("grpo/seed0", "/out/grpo/seed0", (("seed", 0), ("rl.iterations", 10)), 10)
+  command = experiment.teacher_gap_command(arm, "configs/sokoban.py:learn")
+  assert command[1:] == ["-m", "seed_jax.teacher_gap", "--config=configs/sokoban.py:learn",
+                         "--init=/out/grpo/seed0", "--split=valid_unseen", "--episodes=0",
+                         "--parts=decision", "--json=/out/grpo/seed0/teacher_gap.json",
+                         "--config.seed=0", "--config.rl.iterations=10"]
+  # The behaviour-cloning warm start, where every comparison starts, also plays the tasks.
+  assert "--parts=acting,decision" in experiment.teacher_gap_command(warm, "c.py")
 
 
 # ------------------------------------------------------------------ running, with a fake run
@@ -342,6 +355,43 @@ def test_a_library_arm_gets_stage_1s_annotations(tmp_path):
   assert not prepare_workdir(job)
 
 
+def test_each_finished_run_gets_its_teacher_gap_once_while_its_weights_are_here(tmp_path):
+  jobs = plan(tmp_path, arms=("grpo",), seeds=(0,))
+  measured = []
+
+  def measure(job):
+    measured.append(job.name)
+    (tmp_path / job.name / TEACHER_GAP_FILE).write_text("{}")
+    return 0
+
+  stop = threading.Event()
+  dying = FakeTrainer(die_in="grpo/seed0", die_after=1)
+  run_jobs(jobs, experiment.with_teacher_gap(dying, measure, stop), log=lambda _: None)
+  assert measured == ["warm_start/seed0/bc"]  # the unfinished arm is not measured
+  run_jobs(jobs, experiment.with_teacher_gap(FakeTrainer(), measure, stop),
+           log=lambda _: None)
+  assert measured == ["warm_start/seed0/bc", "grpo/seed0"]
+  assert not any(needs_teacher_gap(job) for job in jobs)
+
+
+def test_a_run_finished_without_its_teacher_gap_needs_one_only_while_its_checkpoint_is_here(
+    tmp_path):
+  jobs = plan(tmp_path, arms=("grpo",), seeds=(0,))
+  run_jobs(jobs, FakeTrainer(), log=lambda _: None)
+  assert all(needs_teacher_gap(job) for job in jobs)
+  fresh_clone(jobs)  # a new machine: the records, no checkpoint
+  assert not any(needs_teacher_gap(job) for job in jobs)
+
+
+def test_a_stopped_experiment_measures_nothing_more(tmp_path):
+  jobs = plan(tmp_path, arms=("grpo",), seeds=(0,))
+  stop = threading.Event()
+  stop.set()
+  measured = []
+  experiment.with_teacher_gap(FakeTrainer(), measured.append, stop)(jobs[0])
+  assert is_finished(jobs[0]) and measured == []
+
+
 def test_a_stop_reaches_the_running_run_as_the_sigterm_it_checkpoints_on(tmp_path):
   # A stand-in for seed_jax.main that, like the trainer, exits cleanly on SIGTERM.
   script = ("import signal, sys, time\n"
@@ -462,6 +512,46 @@ def test_the_results_page_shows_the_teacher_gap_of_each_arm(tmp_path):
   assert "![teacher_gap.png](teacher_gap.png)" in page
   with open(os.path.join(out, "teacher_gap.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def teacher_gap_record(plain, oracle, wrong, empty=None, acting=None):
+  """A teacher_gap.json: p(expert) per skill source; `acting`: success per source."""
+  record = {"content_score": oracle - wrong}
+  for source, p in (("plain", plain), ("oracle", oracle), ("wrong", wrong),
+                    ("empty", empty)):
+    record[source] = {"p_expert": p, "success": (acting or {}).get(source)}
+    if source != "plain":
+      record[source]["decision_gap"] = None if p is None else p - plain
+      if acting:
+        record[source]["acting_gap"] = acting[source] - acting["plain"]
+  return record
+
+
+def test_the_page_shows_the_teacher_gap_before_and_after_rl(tmp_path):
+  out = str(tmp_path)
+  for seed, (plain_start, plain_end) in enumerate([(0.5, 0.6), (0.25, 0.45)]):
+    warm = f"{out}/warm_start/seed{seed}/bc"
+    write_run(warm, [], {0: 0.25})
+    with open(f"{warm}/{TEACHER_GAP_FILE}", "w") as f:
+      json.dump(teacher_gap_record(plain_start, 1.0, 0.25, 0.5, acting={
+          "plain": 0.5, "oracle": 1.0, "wrong": 0.125, "empty": 0.5}), f)
+    write_run(f"{out}/grpo/seed{seed}", [0.5], final=0.5)
+    with open(f"{out}/grpo/seed{seed}/{TEACHER_GAP_FILE}", "w") as f:
+      json.dump(teacher_gap_record(plain_end, 1.0, 0.25), f)
+  page = open(aggregate.write_results(out, ["grpo"], [0, 1], warm_starts={"grpo": BC})).read()
+  assert "## Does the teacher know more than the student?" in page
+  # The warm start per seed: plain / oracle / acting gap / wrong / empty / content.
+  assert "| 0 | 0.500 | 1.000 | 0.500 | 0.125 | 0.500 | 0.750 |" in page
+  # Per arm, warm start then after RL: plain p (0.375 -> 0.525), oracle p, decision gap
+  # (0.625 -> 0.475), content score.
+  assert ("| grpo | 0.375 ± 0.177 | 0.525 ± 0.106 | 1.000 ± 0.000 | 1.000 ± 0.000 | "
+          "0.625 ± 0.177 | 0.475 ± 0.106 | 0.750 ± 0.000 | 0.750 ± 0.000 |") in page
+
+
+def test_a_page_without_teacher_gap_records_has_no_such_section(tmp_path):
+  write_run(f"{tmp_path}/grpo/seed0", [0.5], final=0.5)
+  page = open(aggregate.write_results(str(tmp_path), ["grpo"], [0])).read()
+  assert "Does the teacher know more" not in page
 
 
 def test_each_arm_starts_its_held_out_curve_from_the_evaluation_of_its_warm_start(tmp_path):

@@ -2,8 +2,9 @@
 
 Per run (`<out>/<arm>/seed<k>`) it reads what the trainer writes: `metrics.jsonl` (phase
 `train`: success, OPD gate, ...; phase `eval`: held-out success per split),
-`summary.json` (the final evaluation) and `analysis/iter_N.jsonl` (each trajectory's skill,
-seed_jax/seed/analysis_file.py). Across seeds each figure is a mean and a sample standard
+`summary.json` (the final evaluation), `analysis/iter_N.jsonl` (each trajectory's skill,
+seed_jax/seed/analysis_file.py) and, with `--teacher_gap`, `teacher_gap.json` (its own
+and its warm start's: seed_jax/experiments/teacher_gap.py). Across seeds each figure is a mean and a sample standard
 deviation (n - 1; with one seed only the mean is meaningful and the std shows as 0).
 """
 
@@ -20,7 +21,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from seed_jax.experiments.jobs import warm_start_workdir
+from seed_jax.experiments.arms import BC
+from seed_jax.experiments.jobs import TEACHER_GAP_FILE, warm_start_workdir
 from seed_jax.experiments.stats import curve_mean, mean_std, paired_difference, pooled_rate
 from seed_jax.metrics import read_metrics
 
@@ -43,6 +45,8 @@ class RunResults:
   evals: dict[int, dict[str, Any]]   # step -> the `eval` record
   skills: dict[int, dict[str, float]]  # step -> skill_quality() of its analysis file
   summary: dict[str, Any] | None
+  gap: dict[str, Any] | None = None       # teacher_gap.json of its final weights
+  warm_gap: dict[str, Any] | None = None  # and of its warm start's
 
 
 # ------------------------------------------------------------------ reading
@@ -90,6 +94,15 @@ def _phases(workdir: str) -> dict[str, dict[int, dict[str, Any]]]:
   return by_phase
 
 
+def read_teacher_gap(workdir: str) -> dict[str, Any] | None:
+  """A run's `teacher_gap.json` (`seed_jax.experiment --teacher_gap`), or None."""
+  try:
+    with open(os.path.join(workdir, TEACHER_GAP_FILE)) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
 def read_run(workdir: str, arm: str, seed: int, warm_workdir: str = "") -> RunResults:
   """A run's figures; a run that has not started or finished has fewer of them. The
   evaluation of its warm start (the run in `warm_workdir`, evaluated at iteration 0)
@@ -107,7 +120,9 @@ def read_run(workdir: str, arm: str, seed: int, warm_workdir: str = "") -> RunRe
   if os.path.exists(os.path.join(workdir, "summary.json")):
     with open(os.path.join(workdir, "summary.json")) as f:
       summary = json.load(f)
-  return RunResults(arm, seed, by_phase["train"], by_phase["eval"], skills, summary)
+  return RunResults(arm, seed, by_phase["train"], by_phase["eval"], skills, summary,
+                    read_teacher_gap(workdir),
+                    read_teacher_gap(warm_workdir) if warm_workdir else None)
 
 
 def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
@@ -370,9 +385,67 @@ def gap_lines(results: dict[str, list[RunResults]]) -> list[str]:
   return lines
 
 
+def _gap_figure(gap: dict[str, Any] | None, source: str, key: str) -> float | None:
+  """`gap[source][key]` (`source` "" for a top-level figure) of a teacher_gap.json."""
+  if gap is None:
+    return None
+  return gap.get(key) if not source else (gap.get(source) or {}).get(key)
+
+
+# (column, skill source, key) of the decision table: the plain student, the teacher reading
+# the oracle's plan, and what the plan's content adds (oracle minus another task's plan).
+DECISION_COLUMNS = (("plain p(expert)", "plain", "p_expert"),
+                    ("oracle p(expert)", "oracle", "p_expert"),
+                    ("decision gap", "oracle", "decision_gap"),
+                    ("content score", "", "content_score"))
+# (column, skill source, key) of the warm start's acting table.
+ACTING_COLUMNS = (("plain success", "plain", "success"),
+                  ("oracle success", "oracle", "success"),
+                  ("acting gap", "oracle", "acting_gap"),
+                  ("wrong plan, success", "wrong", "success"),
+                  ("empty block, success", "empty", "success"),
+                  ("content score", "", "content_score"))
+
+
+def teacher_gap_lines(results: dict[str, list[RunResults]],
+                      warm_gaps: dict[int, dict[str, Any] | None]) -> list[str]:
+  """`seed_jax.teacher_gap` of the behaviour-cloning warm starts (acting, per seed) and of
+  every arm before and after RL (the expert decisions of the held-out tasks)."""
+  arms = [a for a, runs in results.items() if any(r.gap or r.warm_gap for r in runs)]
+  if not arms and not any(warm_gaps.values()):
+    return []
+  lines = ["", "## Does the teacher know more than the student? (seed_jax.teacher_gap)", "",
+           "On the held-out tasks: the plain policy and the same policy reading a skill "
+           "through H (the oracle's plan; another task's plan; an empty block). p(expert): "
+           "the probability of the expert's action among the admissible ones, averaged "
+           "over the expert episodes' decisions; decision gap: oracle minus plain; content "
+           "score: oracle minus wrong plan (what the plan's content, not its presence, "
+           "adds). Each arm is measured at its warm start (behaviour cloning, or stage 1 on "
+           "top for arms with it) and at its final weights."]
+  if any(warm_gaps.values()):
+    lines += ["", "The behaviour-cloning warm start, playing each held-out task once per "
+              "skill source:", "",
+              "| seed | " + " | ".join(h for h, _, _ in ACTING_COLUMNS) + " |",
+              "|---" * (len(ACTING_COLUMNS) + 1) + "|"]
+    for seed, gap in sorted(warm_gaps.items()):
+      figures = [_gap_figure(gap, source, key) for _, source, key in ACTING_COLUMNS]
+      lines.append(f"| {seed} | " + " | ".join(
+          f"{v:.3f}" if _is_number(v) else "-" for v in figures) + " |")
+  if arms:
+    lines += ["", "| arm | " + " | ".join(f"{h}, warm start | after RL"
+                                          for h, _, _ in DECISION_COLUMNS) + " |",
+              "|---" * (2 * len(DECISION_COLUMNS) + 1) + "|"]
+    for arm in arms:
+      cells = [_fmt([_gap_figure(getattr(run, which), source, key) for run in results[arm]])
+               for _, source, key in DECISION_COLUMNS for which in ("warm_gap", "gap")]
+      lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+  return lines
+
+
 def results_markdown(results: dict[str, list[RunResults]],
                      descriptions: dict[str, str] | None = None,
-                     images: Sequence[str] = (), command: str = "") -> str:
+                     images: Sequence[str] = (), command: str = "",
+                     warm_gaps: dict[int, dict[str, Any] | None] | None = None) -> str:
   """The results page: final held-out success per arm (mean ± std over seeds), the
   training success per iteration, the last iteration's skill quality, and the curves."""
   descriptions = descriptions or {}
@@ -403,7 +476,7 @@ def results_markdown(results: dict[str, list[RunResults]],
   for step in steps:
     lines.append(f"| {step} | " + " | ".join(_fmt(curves[a].get(step)) for a in arms) + " |")
   lines += (paired_lines(results) + cost_lines(results) + signal_lines(results)
-            + gap_lines(results))
+            + teacher_gap_lines(results, warm_gaps or {}) + gap_lines(results))
   skill_arms = [a for a in arms if any(r.skills for r in results[a])]
   if skill_arms:
     lines += ["", "## Skills and the OPD gate, last iteration", "",
@@ -487,7 +560,8 @@ def write_results(out: str, arms: Sequence[str], seeds: Sequence[int],
   `command`, the one that reproduces it) and the curve PNGs; returns the page's path."""
   results = read_experiment(out, arms, seeds, warm_starts)
   images = plot_experiment(results, out)
+  warm_gaps = {seed: read_teacher_gap(warm_start_workdir(out, seed, BC)) for seed in seeds}
   path = os.path.join(out, "results.md")
   with open(path, "w") as f:
-    f.write(results_markdown(results, descriptions, images, command))
+    f.write(results_markdown(results, descriptions, images, command, warm_gaps))
   return path

@@ -143,6 +143,23 @@ def is_finished(job: Job) -> bool:
           and summary.get("iterations") == job.iterations)
 
 
+TEACHER_GAP_FILE = "teacher_gap.json"  # a run's teacher gap at its final weights
+
+
+def teacher_gap_parts(job: Job) -> tuple[str, ...]:
+  """What `--teacher_gap` measures of a finished job (`seed_jax.teacher_gap --parts`): the
+  behaviour-cloning warm start, where the comparison starts, also acts (the acting gap and
+  the content score, minutes); every other run gets the expert decisions' probabilities
+  (plain, oracle, wrong and empty skill: the decision gap)."""
+  return ("acting", "decision") if job.name.endswith(f"/{BC}") else ("decision",)
+
+
+def needs_teacher_gap(job: Job) -> bool:
+  """A finished job without its teacher gap whose weights are still here to measure."""
+  return (is_finished(job) and not os.path.exists(os.path.join(job.workdir, TEACHER_GAP_FILE))
+          and bool(checkpoint_steps(job.workdir)))
+
+
 def checkpoint_steps(workdir: str) -> list[int]:
   """The committed checkpoint steps of a local run: orbax writes a step into a temporary
   folder and renames it to its number only once it is complete."""
