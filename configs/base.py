@@ -140,6 +140,10 @@ def get_base_config() -> ml_collections.ConfigDict:
       # step's examples packed end to end into batch_size / k sequences, so padding costs
       # no FLOPs (seed_jax/train/sft.py); must divide batch_size.
       pack_rows=0,
+      # Behaviour-cloning examples (the warm start's: bc.episodes, bc.skill_fraction)
+      # trained on beside each analyzer example, so that a small policy learning to write
+      # skills does not forget how to act and to read one (0: off, as in the paper).
+      rehearsal=0.0,
   ))
 
   c.bc = ml_collections.ConfigDict(dict(

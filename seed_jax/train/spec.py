@@ -18,8 +18,8 @@ from typing import Any, Mapping
 import ml_collections
 
 from seed_jax import paths
-from seed_jax.checks import (SpecError, fraction, non_negative_int, one_of, positive,
-                             positive_int, require, unit_interval)
+from seed_jax.checks import (SpecError, fraction, non_negative, non_negative_int, one_of,
+                             positive, positive_int, require, unit_interval)
 from seed_jax.envs.agent_format import shows_images
 from seed_jax.envs.registry import ENV_NAMES, get_env_module
 from seed_jax.models.config import DTYPES, LORA_TARGETS, REMAT_POLICIES
@@ -178,10 +178,21 @@ class Stage1Spec:
   rollout: RolloutSpec
   annotator: AnalyzerConfig
   fine_tune: FineTuneSpec
+  # Behaviour-cloning examples trained on beside each analyzer example (`sft.rehearsal`;
+  # a small-model aid, 0 in the paper presets): the expert's steps on the first
+  # `rehearsal_episodes` training tasks (`bc.episodes`), a `rehearsal_skill_fraction`
+  # (`bc.skill_fraction`) of them shown with the oracle skill, as the warm start made them.
+  rehearsal: float = 0.0
+  rehearsal_episodes: int = 0
+  rehearsal_skill_fraction: float = 0.0
 
   def __post_init__(self):
     require(self, "tasks_per_type", non_negative_int, "a non-negative integer")
     require(self, "rollouts_per_task", positive_int, "a positive integer")
+    require(self, "rehearsal", non_negative, "a non-negative number")
+    if self.rehearsal > 0 and not self.rehearsal_episodes:
+      raise SpecError("rehearsal", "rehearses the expert episodes of config.bc.episodes, "
+                      "which is 0")
     require(self, "annotator", lambda a: a.backend in ("openai", "oracle"),
             "an external analyzer backend, one of ('openai', 'oracle')")
 
@@ -413,7 +424,8 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
               "pack_rows": "sft.pack_rows"}
   stage1 = _build(Stage1Spec, config, {
       "tasks_per_type": "sft.tasks_per_type", "rollouts_per_task": "sft.rollouts_per_task",
-      "history_length": "sft.history_length"},
+      "history_length": "sft.history_length", "rehearsal": "sft.rehearsal",
+      "rehearsal_episodes": "bc.episodes", "rehearsal_skill_fraction": "bc.skill_fraction"},
       rollout=_rollout(config, max_turns=_positive_key(config, "sft.max_turns"),
                        temperature_key="sft.temperature", top_p_key=None),
       annotator=_analyzer(config, "sft.analyzer_backend"),

@@ -329,17 +329,29 @@ class Trainer:
             f"{len(examples)} examples")
       self._fine_tune(examples, self.spec.bc.fine_tune, phase="bc")
 
-  def behaviour_cloning_examples(self) -> tuple[list, list]:
-    """(demonstrations, examples): the env expert's episodes on the first `bc.episodes`
-    training tasks and the warm start's examples made from them."""
-    tasks = self.tasks("train")[:self.spec.bc.episodes]
+  def behaviour_cloning_examples(self, episodes: int | None = None,
+                                 skill_fraction: float | None = None) -> tuple[list, list]:
+    """(demonstrations, examples): the env expert's episodes on the first `episodes`
+    (`bc.episodes`) training tasks and the warm start's examples made from them."""
+    episodes = self.spec.bc.episodes if episodes is None else episodes
+    skill_fraction = self.spec.bc.skill_fraction if skill_fraction is None else skill_fraction
+    tasks = self.tasks("train")[:episodes]
     demos = collect_demonstrations(self.pool(), self.fmt, tasks, self.env_config.max_steps,
                                    self.spec.seed)
     examples = stage1.bc_examples(
-        self.tokenizer, demos, skill_fraction=self.spec.bc.skill_fraction,
+        self.tokenizer, demos, skill_fraction=skill_fraction,
         task_line_pattern=self.fmt.task_line_pattern, placement=self.spec.skill_placement,
         seed=self.spec.seed)
     return demos, examples
+
+  def rehearsal_examples(self, count: int) -> list:
+    """`count` of the warm start's behaviour-cloning examples, a seeded choice, for stage 1
+    to train on beside the analyzer's (`sft.rehearsal`)."""
+    spec = self.spec.stage1
+    _, examples = self.behaviour_cloning_examples(spec.rehearsal_episodes,
+                                                  spec.rehearsal_skill_fraction)
+    chosen = np.random.default_rng([self.spec.seed, 1]).permutation(len(examples))[:count]
+    return [examples[i] for i in sorted(chosen)]
 
   def stage1(self, keep_library: bool = True) -> None:
     """Rollouts of the base policy, external annotation, skill SFT (module stage1.py).
@@ -389,6 +401,11 @@ class Trainer:
       self.metrics.write(0, "stage1_sft", {"sft_answers_over_budget": over})
       train, holdout = stage1.split_holdout(examples, spec.fine_tune.holdout_fraction,
                                             self.spec.seed)
+      if spec.rehearsal:
+        rehearsed = self.rehearsal_examples(round(spec.rehearsal * len(train)))
+        hosts.print0(f"[stage1] {len(train)} analyzer examples and {len(rehearsed)} "
+                     "behaviour-cloning examples rehearsed beside them (sft.rehearsal)")
+        train = train + rehearsed
       with self.timer("stage1_sft"):
         self._fine_tune(train, spec.fine_tune, phase="sft", holdout=holdout)
 

@@ -123,6 +123,7 @@ def test_unknown_preset_lists_the_known_ones():
     ("sft.batch_size", 0, "config.sft.batch_size"),
     ("sft.max_turns", 0, "config.sft.max_turns"),
     ("sft.rollouts_per_task", 0, "config.sft.rollouts_per_task"),
+    ("sft.rehearsal", -1.0, "config.sft.rehearsal: a non-negative number"),
     ("bc.episodes", -1, "config.bc.episodes"),
     ("bc.batch_size", 0, "config.bc.batch_size"),
     ("bc.skill_fraction", 1.5, "config.bc.skill_fraction: a fraction in \\[0, 1\\]"),
@@ -147,6 +148,13 @@ def test_unknown_preset_lists_the_known_ones():
 def test_bad_values_name_the_key(key, value, match):
   config = _set(load("alfworld" if key.startswith("env.") else "sokoban", "cpu"), key, value)
   with pytest.raises(ConfigError, match=match):
+    build_run_spec(config)
+
+
+def test_stage_1_rehearses_only_expert_episodes_the_config_names():
+  config = _set(_set(load("sokoban", "cpu"), "sft.rehearsal", 1.0), "bc.episodes", 0)
+  with pytest.raises(ConfigError, match="config.sft.rehearsal: rehearses the expert "
+                     "episodes of config.bc.episodes, which is 0"):
     build_run_spec(config)
 
 

@@ -180,3 +180,32 @@ def test_sft_rows_too_short_for_the_analyzer_prompt_are_refused(tokenizer):
   stage1.check_rows_hold_prompts(examples, max_tokens=BUDGET + 128)
   with pytest.raises(ValueError, match="raise sft.max_tokens to at least"):
     stage1.check_rows_hold_prompts(examples, max_tokens=BUDGET)
+
+
+def test_stage_1_rehearses_behaviour_cloning_examples_beside_the_analyzers(tiny_model,
+                                                                           tmp_path):
+  """`sft.rehearsal = r`: stage 1's SFT trains on r behaviour-cloning examples (the warm
+  start's, a seeded choice) per analyzer example, after them in the example list."""
+  from seed_jax.train.trainer import Trainer  # pylint: disable=import-outside-toplevel
+  from tests.train.conftest import tiny_spec  # pylint: disable=import-outside-toplevel
+  spec = tiny_spec(tiny_model, "seed", **{"sft.rehearsal": 2.0, "bc.episodes": 2,
+                                          "sft.holdout_fraction": 0.0,
+                                          "env.max_steps": 2, "sft.max_turns": 2})
+  trainer = Trainer(spec, str(tmp_path))
+  try:
+    trained = []
+    trainer._fine_tune = lambda examples, *_, **__: trained.extend(examples)  # pylint: disable=protected-access
+    trainer.stage1()
+    _, cloning = trainer.behaviour_cloning_examples(2, spec.stage1.rehearsal_skill_fraction)
+    chosen_again = trainer.rehearsal_examples(4)
+  finally:
+    trainer.close()
+  analyzer_examples = len(trained) // 3
+  assert analyzer_examples == 2  # two oracle-labelled trajectories (sft.tasks_per_type)
+  cloned = {(tuple(e.prompt_ids), tuple(e.target_ids)) for e in cloning}
+  rehearsed = trained[analyzer_examples:]
+  assert len(rehearsed) == 2 * analyzer_examples
+  assert all((tuple(e.prompt_ids), tuple(e.target_ids)) in cloned for e in rehearsed)
+  assert not any((tuple(e.prompt_ids), tuple(e.target_ids)) in cloned
+                 for e in trained[:analyzer_examples])
+  assert [e.prompt_ids for e in chosen_again] == [e.prompt_ids for e in rehearsed]
