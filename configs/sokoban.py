@@ -45,6 +45,15 @@ def _learn(c):
   steps) reads the board better (p(expert) 0.549, 9/16 held out), keeps the oracle
   teacher's gap (16/16, +43.8 points) and GRPO learned from it on seed 0 (training success
   0.42 -> 0.75, first three iterations against the last three; held-out 7/16 -> 9/16).
+
+  Stage 1 (the arms with it: seed, seed_oracle, no_opd) labels 32 of the BC policy's
+  trajectories with the oracle analyzer and trains on them at lr 1e-4 with two
+  behaviour-cloning examples rehearsed per analyzer example (results/sokoban_pilots/
+  stage1/, seed 0's warm start, 16 held-out puzzles): the `:cpu` stage 1 (2 labels, lr
+  5e-6) left the policy analyzer writing no parseable skill (0%); 32 labels at lr 2e-5
+  6%; at lr 1e-4 without rehearsal 100%, but the oracle-reading teacher fell from 16/16 to
+  2/16; with rehearsal the analyzer parses 100% (its skills: 8/16 against 6/16 plain) and
+  the oracle teacher keeps 16/16.
   """
   _cpu(c)
   c.env.max_solution_steps = 3
@@ -57,6 +66,9 @@ def _learn(c):
   c.bc.skill_fraction = 1.0
   c.bc.disjoint = True
   c.rl.skip_zero_advantage_groups = True
+  c.sft.tasks_per_type = 32  # one task type: 32 puzzles' trajectories, oracle-labelled
+  c.sft.learning_rate = 1e-4
+  c.sft.rehearsal = 2.0
   c.rollout.tasks_per_batch = 4  # 4 puzzles x 4 episodes = 16 episodes an iteration
   c.rollout.group_size = 4
   c.rollout.temperature = 1.0  # the policy's own distribution: exploration for GRPO

@@ -48,13 +48,13 @@ def test_every_config_and_preset_validates(env, preset):
 
 def test_the_learning_preset_gives_every_arm_the_small_model_aids():
   """configs/sokoban.py:learn: a skill-reading warm start on puzzles RL does not train on,
-  the skill next to the generation, zero-advantage groups out of GRPO's terms; the paper
-  preset has none of them."""
+  the skill next to the generation, zero-advantage groups out of GRPO's terms, stage 1
+  rehearsing the warm start; the paper preset has none of them."""
   learn, paper = load("sokoban", "learn"), load("sokoban")
   aids = lambda c: (c.bc.enabled, c.bc.skill_fraction, c.bc.disjoint, c.skill_placement,
-                    c.rl.skip_zero_advantage_groups)
-  assert aids(learn) == (True, 1.0, True, "end", True)
-  assert aids(paper) == (False, 0.0, False, "task_line", False)
+                    c.rl.skip_zero_advantage_groups, c.sft.rehearsal)
+  assert aids(learn) == (True, 1.0, True, "end", True, 2.0)
+  assert aids(paper) == (False, 0.0, False, "task_line", False, 0.0)
 
 
 def test_paper_defaults():
