@@ -423,10 +423,20 @@ def test_a_stop_reaches_the_running_run_as_the_sigterm_it_checkpoints_on(tmp_pat
 # ------------------------------------------------------------------ aggregation
 
 
-def write_run(folder, train_success, eval_success=None, final=None, skills=None, fields=None):
+def write_run(folder, train_success, eval_success=None, final=None, skills=None, fields=None,
+              machines=(), weights=None):
   """A run folder as the trainer leaves it: metrics.jsonl, summary.json, analysis/;
-  `fields`: more figures of every train record (the teacher gap, episodes, seconds)."""
+  `fields`: more figures of every train record (the teacher gap, episodes, seconds);
+  `machines` (CPU names, one per start) and `weights` ((first, final) fingerprints):
+  provenance.json."""
   os.makedirs(folder, exist_ok=True)
+  if machines:
+    first, final_weights = weights or ("w0", "w1")
+    segments = [{"iteration": 0, "initial_params": first,
+                 "machine": {"cpu": cpu, "cores": 2, "devices": 1, "device_kind": "cpu"}}
+                for cpu in machines]
+    with open(os.path.join(folder, "provenance.json"), "w") as f:
+      json.dump({"segments": segments, "final_params": final_weights}, f)
   records = [{"step": 0, "phase": "bc", "loss": 1.0}]
   records += [{"step": i + 1, "phase": "train", "success": s, "gate_mean": 0.5 + 0.01 * i,
                **(fields or {})} for i, s in enumerate(train_success)]
@@ -623,12 +633,15 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   out = str(tmp_path)
   for seed, (seed_final, grpo_final) in enumerate([(0.5, 0.25), (0.75, 0.5), (0.5, 0.5)]):
     write_run(f"{out}/seed/seed{seed}", [0.5], {1: seed_final}, final=seed_final,
-              fields={"episodes": 16, "time_rollout_s": 30.0, "time_analysis_s": 6.0,
-                   "gap_action_delta_mean": 0.5 + seed, "gap_rest_delta_mean": -seed,
-                   "gate_hist": [0.5, 0.5]})
+              fields={"episodes": 16, "time_rollout_s": 30.0 + 100 * (seed == 2),
+                      "time_analysis_s": 6.0,
+                      "gap_action_delta_mean": 0.5 + seed, "gap_rest_delta_mean": -seed,
+                      "gate_hist": [0.5, 0.5]},
+              machines=["Slow CPU" if seed == 2 else "Fast CPU"])  # seed 2: not comparable
     write_run(f"{out}/grpo/seed{seed}", [0.25], {1: grpo_final}, final=grpo_final,
               fields={"episodes": 16, "time_rollout_s": 24.0,
-                      "batch_zero_advantage_groups": 1, "update_empty": 3})
+                      "batch_zero_advantage_groups": 1, "update_empty": 3},
+              machines=["Fast CPU"])
   write_run(f"{out}/no_opd/seed0", [0.25], {1: 0.5}, final=0.5)  # one seed finished
   page = aggregate.results_markdown(
       aggregate.read_experiment(out, ["seed", "grpo", "no_opd"], [0, 1, 2]))
@@ -639,12 +652,48 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   assert "| seed - grpo | training success, area under the curve | 3 | +0.250 | " \
       "[+0.250, +0.250] | yes |" in page
   assert "| no_opd - grpo | final valid_unseen success | 1 | +0.250 | - | - |" in page
-  assert "| seed | 36 ± 0 | 1.50 ± 0.00 |" in page  # 36 s against 24 s
+  # 36 s against 24 s on the same machine; seed 2's 136 s ran on another: not a pair.
+  assert "| seed | 69 ± 58 | 1.50 ± 0.00 | 2 |" in page
+  assert "| grpo | 24 ± 0 | 1.00 ± 0.00 | 3 |" in page
+  assert "| no_opd | 0 ± 0 | - | 0 |" in page  # no provenance.json: never paired
   assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 |" in page  # 1 group an iteration, 3 steps a run
   # The teacher: the gap of the only iteration is first and last (action block 0.5, 1.5,
   # 2.5; the rest 0, -1, -2); both gate bins lie outside [0.4, 0.6].
   assert ("| seed | 1.500 ± 1.000 | 1.500 ± 1.000 | -1.000 ± 1.000 | -1.000 ± 1.000 | "
           "1.000 ± 0.000 | 1.000 ± 0.000 |") in page
+
+
+def test_the_page_tells_where_each_run_ran_and_which_warm_start_it_started_from(tmp_path):
+  out = str(tmp_path)
+  write_run(f"{out}/warm_start/seed0/bc", [], {0: 0.5}, machines=["Fast CPU"],
+            weights=("base", "bc0"))
+  write_run(f"{out}/warm_start/seed0/stage1", [], {0: 0.5}, machines=["Slow CPU"],
+            weights=("bc0", "s1"))
+  # Stage 1 as computed before, on another machine, then superseded (jobs.supersede).
+  write_run(f"{out}/warm_start/seed0/stage1/superseded/0", [], {0: 0.25},
+            machines=["Fast CPU"], weights=("bc-earlier", "s1-earlier"))
+  write_run(f"{out}/grpo/seed0", [0.5], final=0.5, machines=["Fast CPU"],
+            weights=("bc0", "g"))
+  # Started from the earlier stage 1, stopped, resumed on the slow machine:
+  write_run(f"{out}/seed/seed0", [0.5], final=0.5, machines=["Fast CPU", "Slow CPU"],
+            weights=("s1-earlier", "s"))
+  write_run(f"{out}/seed_oracle/seed0", [0.5], final=0.5, machines=["Fast CPU"],
+            weights=("s1-unknown", "o"))
+  write_run(f"{out}/no_opd/seed0", [0.5], final=0.5)  # from before the record
+  arms = {"grpo": BC, "seed": STAGE1, "seed_oracle": STAGE1, "no_opd": STAGE1}
+  page = open(aggregate.write_results(out, list(arms), [0], warm_starts=arms)).read()
+  fast, slow = "Fast CPU x2 / 1 cpu", "Slow CPU x2 / 1 cpu"
+  assert "## Where the runs ran" in page
+  assert f"| warm_start/seed0/bc | {fast} | - |" in page
+  assert f"| warm_start/seed0/stage1 | {slow} | yes |" in page
+  assert f"| grpo/seed0 | {fast} | yes |" in page
+  assert (f"| seed/seed0 | {fast}; {slow} | yes (an earlier computation: superseded/0) |"
+          in page)
+  assert f"| seed_oracle/seed0 | {fast} | **no** |" in page
+  assert "| no_opd/seed0 | not recorded | not recorded |" in page
+  # Each held-out curve starts from the warm start the run started from.
+  assert "| seed | 1/1 | 0.250 ± 0.000 |" in page
+  assert "| seed_oracle | 1/1 | 0.500 ± 0.000 |" in page  # unknown: the current one
 
 
 # ------------------------------------------------------------------ a real experiment
@@ -693,6 +742,11 @@ def test_two_arms_start_rl_from_the_shared_warm_start(tiny_model, tmp_path):  # 
     assert config["algorithm"] == arm and config["seed"] == 0
     assert json.load(open(run / "summary.json"))["iterations"] == 1
   assert "Resumed from checkpoint 0" in open(out / "logs" / "seed_seed0.log").read()
+  # Each arm records that it started from its warm start's final weights, bitwise.
+  for arm, warm in (("seed", "stage1"), ("grpo", "bc")):
+    origin = json.load(open(out / arm / "seed0" / "provenance.json"))
+    final = json.load(open(out / "warm_start" / "seed0" / warm / "provenance.json"))
+    assert origin["segments"][0]["initial_params"] == final["final_params"], arm
   assert "| seed | 1/1 |" in open(out / "results.md").read()
   # Run again: everything is finished, nothing runs.
   again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,

@@ -3,7 +3,8 @@
 Per run (`<out>/<arm>/seed<k>`) it reads what the trainer writes: `metrics.jsonl` (phase
 `train`: success, OPD gate, ...; phase `eval`: held-out success per split),
 `summary.json` (the final evaluation), `analysis/iter_N.jsonl` (each trajectory's skill,
-seed_jax/seed/analysis_file.py) and, with `--teacher_gap`, `teacher_gap.json` (its own
+seed_jax/seed/analysis_file.py), `provenance.json` (the machines it ran on, the weights it
+started from: seed_jax/provenance.py) and, with `--teacher_gap`, `teacher_gap.json` (its own
 and its warm start's: seed_jax/experiments/teacher_gap.py). Across seeds each figure is a mean and a sample standard
 deviation (n - 1; with one seed only the mean is meaningful and the std shows as 0).
 """
@@ -21,7 +22,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from seed_jax.experiments.arms import BC
+from seed_jax import provenance
+from seed_jax.experiments.arms import BC, STAGE1
 from seed_jax.experiments.jobs import TEACHER_GAP_FILE, warm_start_workdir
 from seed_jax.experiments.stats import curve_mean, mean_std, paired_difference, pooled_rate
 from seed_jax.metrics import read_metrics
@@ -47,6 +49,9 @@ class RunResults:
   summary: dict[str, Any] | None
   gap: dict[str, Any] | None = None       # teacher_gap.json of its final weights
   warm_gap: dict[str, Any] | None = None  # and of its warm start's
+  origin: dict[str, Any] | None = None       # provenance.json: machines, weights' fingerprints
+  warm_origin: dict[str, Any] | None = None  # and its warm start's
+  warm_workdir: str = ""  # the computation of its warm start it started from
 
 
 # ------------------------------------------------------------------ reading
@@ -122,19 +127,42 @@ def read_run(workdir: str, arm: str, seed: int, warm_workdir: str = "") -> RunRe
       summary = json.load(f)
   return RunResults(arm, seed, by_phase["train"], by_phase["eval"], skills, summary,
                     read_teacher_gap(workdir),
-                    read_teacher_gap(warm_workdir) if warm_workdir else None)
+                    read_teacher_gap(warm_workdir) if warm_workdir else None,
+                    provenance.read(workdir),
+                    provenance.read(warm_workdir) if warm_workdir else None, warm_workdir)
+
+
+def warm_start_computation(out: str, seed: int, warm_start: str,
+                           origin: dict[str, Any] | None) -> str:
+  """The folder of the computation of a run's warm start that the run started from: the
+  current one, or one computed earlier and superseded (`jobs.supersede`, a warm start
+  computed again on a new machine), whose final weights' fingerprint is the run's first
+  (provenance.json); the current one when no record tells."""
+  current = warm_start_workdir(out, seed, warm_start)
+  start = provenance.initial_params(origin)
+  if start is not None:
+    earlier = sorted(glob.glob(os.path.join(current, "superseded", "*")),
+                     key=lambda path: int(os.path.basename(path)))
+    for folder in [current] + earlier:
+      if (provenance.read(folder) or {}).get("final_params") == start:
+        return folder
+  return current
 
 
 def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
                     warm_starts: dict[str, str] | None = None) -> dict[str, list[RunResults]]:
   """arm -> its runs (one per seed) under `out`; `warm_starts` (arm -> `Arm.warm_start`)
-  adds each run's warm-start evaluation as its iteration 0."""
+  adds the evaluation of the warm start each run started from as its iteration 0."""
   warm_starts = warm_starts or {}
-  return {arm: [read_run(os.path.join(out, arm, f"seed{seed}"), arm, seed,
-                         warm_start_workdir(out, seed, warm_starts[arm])
-                         if arm in warm_starts else "")
-                for seed in seeds]
-          for arm in arms}
+  results = {}
+  for arm in arms:
+    results[arm] = []
+    for seed in seeds:
+      workdir = os.path.join(out, arm, f"seed{seed}")
+      warm = (warm_start_computation(out, seed, warm_starts[arm], provenance.read(workdir))
+              if arm in warm_starts else "")
+      results[arm].append(read_run(workdir, arm, seed, warm))
+  return results
 
 
 # ------------------------------------------------------------------ figures
@@ -323,19 +351,77 @@ def paired_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE)
   return lines
 
 
+def one_machine(run: RunResults) -> str | None:
+  """The machine kind a run ran on throughout (provenance.json), or None: unrecorded, or
+  resumed on another kind."""
+  kinds = provenance.machine_kinds(run.origin)
+  return kinds[0] if len(kinds) == 1 else None
+
+
 def cost_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE) -> list[str]:
-  """RL wall time per arm and, paired by seed, its ratio to the baseline's."""
+  """RL wall time per arm and, paired by seed, its ratio to the baseline's: only between
+  runs that ran on one machine kind throughout (machines differ by up to 2x)."""
   lines = ["", "## Wall time of RL", "",
            "Rollout, analysis and update seconds of the finished runs (evaluations left "
-           f"out); the ratio to {baseline} is per seed, then averaged.", "",
-           f"| arm | RL seconds | ratio to {baseline} |", "|---|---|---|"]
+           f"out); the ratio to {baseline} is per seed, between two runs that ran throughout "
+           "on one machine of the same kind (`provenance.json`; see \"Where the runs ran\"), "
+           "then averaged.", "",
+           f"| arm | RL seconds | ratio to {baseline} | seeds paired on one machine |",
+           "|---|---|---|---|"]
   base = _finished_by_seed(results.get(baseline, []))
   for arm, runs in results.items():
     finished = _finished_by_seed(runs)
-    ratios = [rl_seconds(finished[s]) / rl_seconds(base[s])
-              for s in sorted(set(finished) & set(base)) if rl_seconds(base[s])]
+    paired = [s for s in sorted(set(finished) & set(base))
+              if rl_seconds(base[s]) and one_machine(finished[s]) is not None
+              and one_machine(finished[s]) == one_machine(base[s])]
+    ratios = [rl_seconds(finished[s]) / rl_seconds(base[s]) for s in paired]
     lines.append(f"| {arm} | {_fmt([rl_seconds(r) for r in finished.values()], 0)} | "
-                 f"{_fmt(ratios, 2)} |")
+                 f"{_fmt(ratios, 2)} | {len(paired)} |")
+  return lines
+
+
+def _starts_from(origin: dict[str, Any] | None, source: dict[str, Any] | None,
+                 source_workdir: str = "") -> str:
+  """Whether a run's first weights are bitwise its warm start's last (`provenance`), and
+  which computation of it when an earlier one."""
+  start, end = provenance.initial_params(origin), (source or {}).get("final_params")
+  if start is None or end is None:
+    return "not recorded"
+  if start != end:
+    return "**no**"
+  parent = os.path.basename(os.path.dirname(source_workdir))
+  return (f"yes (an earlier computation: superseded/{os.path.basename(source_workdir)})"
+          if parent == "superseded" else "yes")
+
+
+def provenance_lines(results: dict[str, list[RunResults]],
+                     warm_origins: dict[tuple[int, str], dict[str, Any] | None]) -> list[str]:
+  """Per run: the machine kinds it ran on and whether it started from its warm start's
+  final weights, bitwise. A warm start computed again on another kind of CPU is close to,
+  not equal to, the first (bf16 arithmetic differs), so a seed's arms compare exactly only
+  where they started from one computation. `warm_origins`: (seed, bc | stage1) -> the warm
+  start's provenance."""
+  rows = []
+  for (seed, kind), origin in sorted(warm_origins.items()):
+    if origin is not None:
+      source = "-" if kind == BC else _starts_from(origin, warm_origins.get((seed, BC)))
+      rows.append((f"warm_start/seed{seed}/{kind}", origin, source))
+  for arm, runs in results.items():
+    for run in runs:
+      if run.train or run.summary is not None:
+        rows.append((f"{arm}/seed{run.seed}", run.origin,
+                     _starts_from(run.origin, run.warm_origin, run.warm_workdir)))
+  if not any(origin for _, origin, _ in rows):
+    return []
+  lines = ["", "## Where the runs ran", "",
+           "Each start of a run records its machine, and a fresh start the fingerprint of the "
+           "weights it starts from (`provenance.json`, seed_jax/provenance.py); a warm start "
+           "computed again on another kind of CPU is close to the first, not bitwise equal. "
+           "`not recorded`: a run from before the record.", "",
+           "| run | machines | starts from its warm start's final weights |", "|---|---|---|"]
+  for name, origin, source in rows:
+    machines = "; ".join(provenance.machine_kinds(origin)) or "not recorded"
+    lines.append(f"| {name} | {machines} | {source} |")
   return lines
 
 
@@ -445,7 +531,9 @@ def teacher_gap_lines(results: dict[str, list[RunResults]],
 def results_markdown(results: dict[str, list[RunResults]],
                      descriptions: dict[str, str] | None = None,
                      images: Sequence[str] = (), command: str = "",
-                     warm_gaps: dict[int, dict[str, Any] | None] | None = None) -> str:
+                     warm_gaps: dict[int, dict[str, Any] | None] | None = None,
+                     warm_origins: dict[tuple[int, str], dict[str, Any] | None] | None = None
+                     ) -> str:
   """The results page: final held-out success per arm (mean ± std over seeds), the
   training success per iteration, the last iteration's skill quality, and the curves."""
   descriptions = descriptions or {}
@@ -476,7 +564,8 @@ def results_markdown(results: dict[str, list[RunResults]],
   for step in steps:
     lines.append(f"| {step} | " + " | ".join(_fmt(curves[a].get(step)) for a in arms) + " |")
   lines += (paired_lines(results) + cost_lines(results) + signal_lines(results)
-            + teacher_gap_lines(results, warm_gaps or {}) + gap_lines(results))
+            + teacher_gap_lines(results, warm_gaps or {}) + gap_lines(results)
+            + provenance_lines(results, warm_origins or {}))
   skill_arms = [a for a in arms if any(r.skills for r in results[a])]
   if skill_arms:
     lines += ["", "## Skills and the OPD gate, last iteration", "",
@@ -561,7 +650,10 @@ def write_results(out: str, arms: Sequence[str], seeds: Sequence[int],
   results = read_experiment(out, arms, seeds, warm_starts)
   images = plot_experiment(results, out)
   warm_gaps = {seed: read_teacher_gap(warm_start_workdir(out, seed, BC)) for seed in seeds}
+  warm_origins = {(seed, kind): provenance.read(warm_start_workdir(out, seed, kind))
+                  for seed in seeds for kind in (BC, STAGE1)}
   path = os.path.join(out, "results.md")
   with open(path, "w") as f:
-    f.write(results_markdown(results, descriptions, images, command, warm_gaps))
+    f.write(results_markdown(results, descriptions, images, command, warm_gaps,
+                             warm_origins))
   return path

@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from seed_jax import metrics as metrics_lib
-from seed_jax import paths
+from seed_jax import paths, provenance
 from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.checkpoint import Checkpointer
 from seed_jax.envs.pool import EnvPool
@@ -259,7 +259,9 @@ class Trainer:
     """
     try:
       with hosts.PreemptionGuard() as self._guard:
-        if not self.maybe_resume():
+        resumed = self.maybe_resume()
+        self._record_start()
+        if not resumed:
           self.before_rl()
         tasks = TaskIterator(self.rl_tasks(), self.spec.seed, self.host["task_cursor"])
         while self.host["iteration"] < self.spec.rl.iterations:
@@ -273,6 +275,13 @@ class Trainer:
     finally:
       self._guard = None
       self.close()
+
+  def _record_start(self) -> None:
+    """provenance.json: this start's machine and the fingerprint of the weights it starts
+    from (the model's, `init_from`'s or, resuming, its checkpoint's)."""
+    fingerprint = provenance.params_fingerprint(self.state.params)  # every host
+    if hosts.is_primary():
+      provenance.record_start(self.workdir, self.host["iteration"], fingerprint)
 
   def before_rl(self) -> None:
     """Warm start and stage 1, then the reference and the iteration-0 checkpoint."""
@@ -663,8 +672,10 @@ class Trainer:
       summary.update({"train/success_first": train[0], "train/success_last": train[-1],
                       "train/success_best": max(train)})
     summary.update(final_eval)
+    final_fingerprint = provenance.params_fingerprint(self.state.params)  # every host
     if not hosts.is_primary():
       return summary
+    provenance.record_end(self.workdir, final_fingerprint)
     if self.spec.output.plots:
       metrics_lib.plot_curves(self.workdir, {
           "train": ["success", "mean_return", "invalid_action_rate", "loss", "pg_loss",
