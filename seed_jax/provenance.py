@@ -101,11 +101,13 @@ def _write(workdir: paths.PathLike, record: dict[str, Any]) -> None:
   paths.write_text(paths.run_path(workdir) / PROVENANCE_FILE, json.dumps(record, indent=2))
 
 
-def record_start(workdir: paths.PathLike, iteration: int, initial_fingerprint: str) -> None:
+def record_start(workdir: paths.PathLike, iteration: int, initial_fingerprint: str,
+                 fresh: bool) -> None:
   """Appends a segment: this machine, the iteration the run starts at and the fingerprint
   of the weights it starts from (`params_fingerprint`, which every host computes; one
-  writes)."""
-  record = read(workdir) or {"segments": []}
+  writes). A `fresh` start (no checkpoint to resume from) begins the record anew: nothing
+  an earlier start did survives it."""
+  record = ({} if fresh else read(workdir)) or {"segments": []}
   segment = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(
       timespec="seconds"), "iteration": iteration, "machine": machine(),
              "initial_params": initial_fingerprint}
