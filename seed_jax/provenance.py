@@ -101,16 +101,20 @@ def _write(workdir: paths.PathLike, record: dict[str, Any]) -> None:
   paths.write_text(paths.run_path(workdir) / PROVENANCE_FILE, json.dumps(record, indent=2))
 
 
-def record_start(workdir: paths.PathLike, iteration: int, initial_fingerprint: str,
-                 fresh: bool) -> None:
-  """Appends a segment: this machine, the iteration the run starts at and the fingerprint
-  of the weights it starts from (`params_fingerprint`, which every host computes; one
-  writes). A `fresh` start (no checkpoint to resume from) begins the record anew: nothing
-  an earlier start did survives it."""
-  record = ({} if fresh else read(workdir)) or {"segments": []}
+def record_start(workdir: paths.PathLike, resumed_from: int | None,
+                 initial_fingerprint: str) -> None:
+  """Appends a segment: this machine, the checkpoint the run resumes from (None: a fresh
+  start) and the fingerprint of the weights it starts from (`params_fingerprint`, which
+  every host computes; one writes). Segments that began at that point or later are
+  dropped, since nothing they did survives: a start stopped before its next checkpoint,
+  or a run begun again on a new machine where its checkpoints are gone."""
+  def begins(segment: dict[str, Any]) -> int:
+    return -1 if segment["resumed_from"] is None else segment["resumed_from"]
+  record = read(workdir) or {"segments": []}
   segment = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(
-      timespec="seconds"), "iteration": iteration, "machine": machine(),
+      timespec="seconds"), "resumed_from": resumed_from, "machine": machine(),
              "initial_params": initial_fingerprint}
+  record["segments"] = [s for s in record["segments"] if begins(s) < begins(segment)]
   record["segments"].append(segment)
   _write(workdir, record)
 

@@ -432,9 +432,9 @@ def write_run(folder, train_success, eval_success=None, final=None, skills=None,
   os.makedirs(folder, exist_ok=True)
   if machines:
     first, final_weights = weights or ("w0", "w1")
-    segments = [{"iteration": 0, "initial_params": first,
+    segments = [{"resumed_from": None if i == 0 else i, "initial_params": first,
                  "machine": {"cpu": cpu, "cores": 2, "devices": 1, "device_kind": "cpu"}}
-                for cpu in machines]
+                for i, cpu in enumerate(machines)]
     with open(os.path.join(folder, "provenance.json"), "w") as f:
       json.dump({"segments": segments, "final_params": final_weights}, f)
   records = [{"step": 0, "phase": "bc", "loss": 1.0}]

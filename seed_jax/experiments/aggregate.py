@@ -414,7 +414,7 @@ def provenance_lines(results: dict[str, list[RunResults]],
   if not any(origin for _, origin, _ in rows):
     return []
   lines = ["", "## Where the runs ran", "",
-           "Each start of a run records its machine, and a fresh start the fingerprint of the "
+           "Each start of a run records its machine and the fingerprint of the "
            "weights it starts from (`provenance.json`, seed_jax/provenance.py); a warm start "
            "computed again on another kind of CPU is close to the first, not bitwise equal. "
            "`not recorded`: a run from before the record.", "",

@@ -260,7 +260,7 @@ class Trainer:
     try:
       with hosts.PreemptionGuard() as self._guard:
         resumed = self.maybe_resume()
-        self._record_start(fresh=not resumed)
+        self._record_start(resumed)
         if not resumed:
           self.before_rl()
         tasks = TaskIterator(self.rl_tasks(), self.spec.seed, self.host["task_cursor"])
@@ -276,13 +276,13 @@ class Trainer:
       self._guard = None
       self.close()
 
-  def _record_start(self, fresh: bool) -> None:
+  def _record_start(self, resumed: bool) -> None:
     """provenance.json: this start's machine and the fingerprint of the weights it starts
-    from (the model's, `init_from`'s or, resuming, its checkpoint's); a fresh start
-    replaces what starts that left no checkpoint recorded."""
+    from (the model's, `init_from`'s or, resuming, its checkpoint's)."""
     fingerprint = provenance.params_fingerprint(self.state.params)  # every host
     if hosts.is_primary():
-      provenance.record_start(self.workdir, self.host["iteration"], fingerprint, fresh)
+      provenance.record_start(self.workdir, self.host["iteration"] if resumed else None,
+                              fingerprint)
 
   def before_rl(self) -> None:
     """Warm start and stage 1, then the reference and the iteration-0 checkpoint."""

@@ -71,7 +71,7 @@ def test_an_arm_started_from_a_warm_start_records_the_warm_starts_final_weights(
           warm).run()
   warm_record = provenance.read(warm)
   [segment] = warm_record["segments"]
-  assert segment["iteration"] == 0 and segment["machine"]["cores"] >= 1
+  assert segment["resumed_from"] is None and segment["machine"]["cores"] >= 1
   assert segment["machine"]["devices"] == jax.device_count()
 
   arm = str(tmp_path / "arm")
@@ -88,15 +88,12 @@ def test_an_arm_started_from_a_warm_start_records_the_warm_starts_final_weights(
   assert provenance.machine_kinds(again) == [provenance.machine_kind(segment["machine"])]
 
 
-def test_a_fresh_start_replaces_the_record_of_starts_that_left_no_checkpoint(tmp_path):
-  provenance.record_start(tmp_path, 0, "w0", fresh=True)  # stopped before its checkpoint
-  provenance.record_start(tmp_path, 0, "w0", fresh=True)  # so it begins again elsewhere
-  provenance.record_start(tmp_path, 3, "w3", fresh=False)  # resumed from iteration 3
+def test_a_start_drops_the_segments_whose_work_it_redoes(tmp_path):
+  provenance.record_start(tmp_path, None, "base")  # fresh: warm start, checkpoint 0
+  provenance.record_start(tmp_path, 0, "w0")
+  provenance.record_start(tmp_path, 3, "w3")  # from checkpoint 3, stopped before the 4th
+  provenance.record_start(tmp_path, 3, "w3")  # so from 3 again, elsewhere
+  assert [s["resumed_from"] for s in provenance.read(tmp_path)["segments"]] == [None, 0, 3]
+  provenance.record_start(tmp_path, None, "base")  # begun again: its checkpoints were lost
   record = provenance.read(tmp_path)
-  assert [s["iteration"] for s in record["segments"]] == [0, 3]
-  assert provenance.initial_params(record) == "w0"
-
-
-def test_a_run_from_before_provenance_reads_as_none(tmp_path):
-  assert provenance.read(tmp_path) is None
-  assert provenance.initial_params(None) is None and provenance.machine_kinds(None) == []
+  assert [s["resumed_from"] for s in record["segments"]] == [None]
