@@ -3,12 +3,13 @@
 An experiment that resumes across machines (`seed_jax.experiment`) computes a warm start
 again wherever its checkpoint is gone, and two kinds of CPU do not compute bf16 training
 bitwise alike: the warm start computed again is close to the first, not equal. So each
-start of a run appends a segment (the machine, the iteration it starts at and the
-fingerprint of the weights it starts from: the base model's, `init_from`'s, or its own
-checkpoint's when it resumes, as an experiment's arm does from the warm start's copied
+start of a run appends a segment (the machine, the checkpoint it resumes from and the
+fingerprint of the weights it starts from: the base model's, `init_from`'s, or that
+checkpoint's, as for an experiment's arm resuming from the warm start's copied
 checkpoint), and the end of the run records the fingerprint of its final weights. An arm
-started from its warm start has its first fingerprint equal to the warm start's final one; wall times compare between runs on one
-machine kind only (`seed_jax.experiments.aggregate`).
+started from its warm start has its first fingerprint equal to the warm start's final
+one; wall times compare between runs on one machine kind only
+(`seed_jax.experiments.aggregate`).
 
 The fingerprint is exact and independent of the machine and the sharding: each leaf's bits
 as unsigned integers, weighted by their position, summed modulo 2**32 (integer sums do not
