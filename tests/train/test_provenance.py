@@ -97,3 +97,8 @@ def test_a_start_drops_the_segments_whose_work_it_redoes(tmp_path):
   provenance.record_start(tmp_path, None, "base")  # begun again: its checkpoints were lost
   record = provenance.read(tmp_path)
   assert [s["resumed_from"] for s in record["segments"]] == [None]
+
+
+def test_a_run_from_before_provenance_reads_as_none(tmp_path):
+  assert provenance.read(tmp_path) is None
+  assert provenance.initial_params(None) is None and provenance.machine_kinds(None) == []
