@@ -293,6 +293,14 @@ class ModelConfig(_NamedDtypes):
       return (self.eos_token_id,)
     return tuple(self.eos_token_id)
 
+  @property
+  def vision_token_ids(self) -> tuple[int, ...]:
+    """The vision tokens' ids (image placeholder, video placeholder, vision start and end)
+    that the config sets: markup of the prompt's images, never text a response may hold."""
+    ids = (self.image_token_id, self.video_token_id, self.vision_start_token_id,
+           self.vision_end_token_id)
+    return tuple(dict.fromkeys(int(i) for i in ids if i is not None))
+
   def replace(self, **changes) -> ModelConfig:
     return dataclasses.replace(self, **changes)
 

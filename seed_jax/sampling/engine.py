@@ -26,7 +26,7 @@ from flax import nnx
 
 from seed_jax.models.transformer import init_cache
 from seed_jax.parallel.rules import constrain
-from seed_jax.sampling.logits import sample_tokens, token_logprobs
+from seed_jax.sampling.logits import ban_tokens, sample_tokens, token_logprobs
 
 Array = jax.Array
 DecodeState = dict[str, Any]
@@ -44,8 +44,8 @@ def _choose_and_record(state: DecodeState, logits: Array, knobs: dict[str, Array
   done / stop reason / length / stop-automaton state. Rows already done keep everything."""
   steps, done = state["row_step"], state["done"]
   keys = jax.vmap(jax.random.fold_in)(state["row_keys"], steps)
-  token = sample_tokens(keys, logits, knobs["temperature"], knobs["top_p"], top_k=top_k,
-                        use_top_p=use_top_p)
+  token = sample_tokens(keys, ban_tokens(logits, knobs["banned_ids"]), knobs["temperature"],
+                        knobs["top_p"], top_k=top_k, use_top_p=use_top_p)
   logprob = token_logprobs(logits, token)
   rows = jnp.arange(steps.shape[0])
   column = jnp.minimum(steps, state["tokens"].shape[1] - 1)
@@ -110,7 +110,7 @@ def prefill(graphdef: nnx.GraphDef, params: nnx.State, prompt_tokens: Array,
     prompt_valid: bool `[Bp]`, False for batch-padding prompts.
     key: a typed PRNG key for the whole request.
     knobs: traced sampling settings (see `Sampler`): temperature, top_p, max_new, eos_ids
-      `[E]`, stop_table `[Rs, V]`, stop_match.
+      `[E]`, banned_ids `[N]` (never drawn), stop_table `[Rs, V]`, stop_match.
     vision: None for text-only prompts; else (a `VisionLanguageModel`'s prompts with
       images) {"images": the batch's `ImageInputs`, "positions": int32 `[3, Bp, P]` and
       "rope_deltas": int32 `[Bp]` from `multimodal_positions`}. Decoded tokens then

@@ -7,7 +7,10 @@ and top-p values themselves are traced, so changing them does not recompile.
 The log-probability returned for each chosen token is always under the *raw* model
 distribution, `log_softmax(logits)` at temperature 1 without filtering: that is what the
 training forward computes for the same token, so the PPO ratio `exp(lp_new - lp_old)` is
-exactly 1 for unchanged parameters whatever the sampling settings were.
+exactly 1 for unchanged parameters whatever the sampling settings were. Banned tokens
+(`ban_tokens`: a vision-language model's image placeholders, which the model reads as
+"an image goes here", never as text) are a filter like top-k: never drawn, and the
+log-prob of what is drawn stays the raw one.
 """
 
 from __future__ import annotations
@@ -27,6 +30,18 @@ def token_logprobs(logits: Array, tokens: Array) -> Array:
   logits = logits.astype(jnp.float32)
   chosen = jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0]
   return chosen - jax.nn.logsumexp(logits, axis=-1)
+
+
+def ban_tokens(logits: Array, banned_ids: Array) -> Array:
+  """`logits [B, V]` with the columns of `banned_ids [N]` (-1 pads the list) at -inf, so
+  neither greedy decoding nor any filter can choose them.
+
+  A compare against an iota rather than a scatter: with the vocabulary sharded over
+  "tensor" it stays elementwise on each shard.
+  """
+  vocab = jnp.arange(logits.shape[-1], dtype=jnp.int32)
+  banned = jnp.any(vocab[None, :] == banned_ids.astype(jnp.int32)[:, None], axis=0)  # [V]
+  return jnp.where(banned[None, :], _NEG_INF, logits.astype(jnp.float32))
 
 
 def _nucleus_keep(sorted_logits: Array, top_p: Array) -> Array:

@@ -41,7 +41,9 @@ from seed_jax.sampling import engine, stops
 
 _MAX_EOS_IDS = 8  # eos ids are padded to this many (-1 never matches a token)
 _PREFILL_TOKENS = 1024  # prompt tokens per prefill chunk (rows = this // prompt bucket)
-_KNOBS = ("temperature", "top_p", "max_new", "eos_ids", "stop_table", "stop_match")
+_MAX_BANNED_IDS = 4  # a VLM's vision tokens: image, video, vision start and end
+_KNOBS = ("temperature", "top_p", "max_new", "eos_ids", "banned_ids", "stop_table",
+          "stop_match")
 _REPLICATED_INPUTS = frozenset(_KNOBS)  # the same for every row
 
 
@@ -179,6 +181,13 @@ class Sampler:
     if len(ids) > _MAX_EOS_IDS:
       raise ValueError(f"at most {_MAX_EOS_IDS} eos/stop token ids, got {len(ids)}")
     return np.asarray(ids + (-1,) * (_MAX_EOS_IDS - len(ids)), np.int32)
+
+  def _banned_ids(self) -> np.ndarray:
+    """The ids no response may hold, padded with -1: a vision-language model's vision
+    tokens (`ModelConfig.vision_token_ids`). Sampled, an image placeholder would make the
+    next read of the row expect one more image patch than its image has."""
+    ids = self.cfg.vision_token_ids
+    return np.asarray(ids + (-1,) * (_MAX_BANNED_IDS - len(ids)), np.int32)
 
   def _stop_table(self, stop_strings: tuple[str, ...]) -> tuple[np.ndarray, int]:
     if stop_strings and self.tokenizer is None:
@@ -385,7 +394,8 @@ class Sampler:
     return dict(temperature=np.float32(sampling.temperature),
                 top_p=np.float32(sampling.top_p),
                 max_new=np.int32(min(sampling.max_new_tokens, max_new_bucket)),
-                eos_ids=self._eos_ids(sampling), stop_table=stop_table,
+                eos_ids=self._eos_ids(sampling), banned_ids=self._banned_ids(),
+                stop_table=stop_table,
                 stop_match=np.int32(stop_match))
 
   @staticmethod

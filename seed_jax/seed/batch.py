@@ -242,7 +242,8 @@ def _image_rows(out: dict[str, np.ndarray], images: Sequence, cfg: BatchConfig
                 ) -> dict[str, np.ndarray]:
   """Each row's image patches `[B, h, w, D]` and the rows' multimodal positions
   `[B, 3, T]` (`build_batch`). Raises ValueError naming the step when the images are not
-  one per step with one grid, or a row lost image tokens to `max_prompt_len`."""
+  one per step with one grid, a row lost image tokens to `max_prompt_len`, or a response
+  holds one."""
   if cfg.image_token_id is None:
     raise ValueError("the steps show images but BatchConfig.image_token_id is not set "
                      "(the model's ModelConfig.image_token_id)")
@@ -263,9 +264,15 @@ def _image_rows(out: dict[str, np.ndarray], images: Sequence, cfg: BatchConfig
     if f"{side}_tokens" not in out:
       continue
     tokens, mask = out[f"{side}_tokens"], out[f"{side}_mask"]
-    per_row = np.sum(tokens == cfg.image_token_id, axis=1)
+    is_image = tokens[:len(images)] == cfg.image_token_id
+    prompt_len = tokens.shape[1] - out["response_mask"].shape[1]
+    in_response = np.flatnonzero(is_image[:, prompt_len:].any(axis=1))
+    if len(in_response):
+      raise ValueError(f"{side} row {in_response[0]}'s response holds the image token (id "
+                       f"{cfg.image_token_id}), which the sampler never draws")
+    per_row = is_image.sum(axis=1)
     expected = h * w // cfg.spatial_merge_size ** 2
-    short = np.flatnonzero(per_row[:len(images)] != expected)
+    short = np.flatnonzero(per_row != expected)
     if len(short):
       raise ValueError(f"{side} row {short[0]} holds {per_row[short[0]]} image tokens of "
                        f"{expected}: batch.max_prompt_len cut its prompt; raise it")

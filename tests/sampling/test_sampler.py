@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import chex
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from seed_jax.models import ModelConfig
 from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.sampling import engine as engine_module
 from seed_jax.sampling import sampler as sampler_module
@@ -81,6 +83,48 @@ def test_logprobs_equal_the_training_forward(sampler, tiny_model):
   for r, lp in enumerate(out.logprobs):
     assert lp.dtype == np.float32 and len(lp) == out.lengths[r]
     np.testing.assert_allclose(lp, expected[r, :len(lp)], atol=1e-4, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def vision_token_lover():
+  """A tiny vision-language model rigged to rank its vision tokens first at every step:
+  the final norm keeps only hidden unit 0, and the head reads that unit as +-1000 for the
+  image and video placeholders (whichever the sign, one of them leads by far)."""
+  # pylint: disable=import-outside-toplevel
+  from seed_jax.models.config import VisionConfig
+  from seed_jax.models.vision_language import VisionLanguageModel
+  cfg = ModelConfig.tiny(model_type="qwen2_5_vl", vision=VisionConfig.tiny(out_hidden_size=64),
+                         mrope_section=(2, 3, 3), tie_word_embeddings=False,
+                         image_token_id=250, video_token_id=251, vision_start_token_id=252,
+                         vision_end_token_id=253)
+  model = VisionLanguageModel(cfg, rngs=nnx.Rngs(0))
+  model.text.final_norm.scale[...] = jnp.zeros((cfg.hidden_size,)).at[0].set(1.0)
+  model.text.lm_head.kernel[...] = model.text.lm_head.kernel[...].at[250, 0].set(1000.0)
+  model.text.lm_head.kernel[...] = model.text.lm_head.kernel[...].at[251, 0].set(-1000.0)
+  return model
+
+
+@pytest.mark.parametrize("sampling", [
+    SamplingParams(max_new_tokens=12, temperature=0.0),
+    SamplingParams(max_new_tokens=12, temperature=1.0, num_samples=4),
+    SamplingParams(max_new_tokens=12, temperature=1.0, top_k=3, num_samples=4),
+    SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.9, num_samples=4),
+], ids=["greedy", "temperature", "top_k", "top_p"])
+def test_a_vision_language_model_never_writes_its_vision_tokens(vision_token_lover, sampling):
+  """The image placeholder in a response would read as one more image patch than the
+  row's image has: the sampler never draws a vision token, while the recorded log-prob
+  stays the raw one the training forward gives (so the PPO ratio is still 1)."""
+  model = vision_token_lover
+  sampler = Sampler.from_model(model, max_cache_len=64)
+  out = sampler.generate(PROMPTS, dataclasses.replace(sampling, ignore_eos=True), seed=1)
+  drawn = np.concatenate([np.asarray(t) for t in out.tokens])
+  assert len(drawn) == 12 * len(out.tokens)
+  assert not np.isin(drawn, [250, 251, 252, 253]).any()
+  # What was drawn is improbable under the raw distribution: the rig holds the mass.
+  assert np.median(np.concatenate(out.logprobs)) < -50
+  expected = _training_logprobs(model, PROMPTS, out, sampling.num_samples)
+  for r, lp in enumerate(out.logprobs):  # float32 over logits of +-1000: 1e-4 apart
+    np.testing.assert_allclose(lp, expected[r, :len(lp)], atol=1e-3, rtol=1e-5)
 
 
 def test_seed_reproduces_and_group_samples_differ(sampler):

@@ -124,6 +124,15 @@ def test_a_prompt_cut_into_its_image_is_refused():
         response_len=RESP, prompt_bucket=4, max_prompt_len=4, image_token_id=IMAGE))
 
 
+def test_a_response_that_holds_the_image_token_is_named_as_such():
+  trajs = _trajectories()
+  step = trajs[2].steps[1]
+  step.response_ids = step.response_ids[:-1] + [IMAGE]
+  with pytest.raises(ValueError, match=r"row 5's response holds the image token \(id 250\)"):
+    batch_lib.build_batch(trajs, batch_lib.BatchConfig(response_len=RESP, prompt_bucket=4,
+                                                       image_token_id=IMAGE))
+
+
 def _reference_logprobs(model, tokens, mask, patches, resp_len, rows):
   """Each of the first `rows` rows alone through the model's general image path
   (`ImageInputs`: the sampler's), positions from `_expected_positions`, log-softmax in
