@@ -510,14 +510,20 @@ def test_the_results_page_shows_the_teacher_gap_of_each_arm(tmp_path):
   for seed, (action, rest) in enumerate([(0.25, -0.05), (0.75, -0.15)]):
     write_run(f"{out}/seed/seed{seed}", [0.5], skills=skills, fields={
         "gap_action_delta_mean": action, "gap_rest_delta_mean": rest,
-        "gap_action_gate_above_0.6": 0.5})
+        "gap_action_gate_above_0.6": 0.5, "gap_rest_gate_above_0.6": 0.02 * (seed + 1),
+        "gap_rest_gate_below_0.4": 0.06})
   write_run(f"{out}/grpo/seed0", [0.5], skills=skills)  # no teacher gap: joint mode, say
   path = aggregate.write_results(out, ["seed", "grpo"], [0, 1])
   page = open(path).read()
-  assert "| OPD gate mean | teacher gap, action block | teacher gap, rest |" in page
-  # Action block 0.25 and 0.75, rest -0.05 and -0.15; won / failed not recorded.
+  assert ("| OPD gate mean | teacher gap, action block | teacher gap, rest | action tokens "
+          "with gate > 0.6 | rest tokens with gate > 0.6 | rest tokens with gate < 0.4 |"
+          in page)
+  # Action block 0.25 and 0.75, rest -0.05 and -0.15; where a think block decides the
+  # move, the rest's endorsed (0.02, 0.04) and opposed (0.06) shares show the teacher's
+  # opinion; won / failed not recorded.
   assert ("| seed | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | "
-          "0.500 ± 0.354 | -0.100 ± 0.071 | 0.500 ± 0.000 | - | - |") in page
+          "0.500 ± 0.354 | -0.100 ± 0.071 | 0.500 ± 0.000 | 0.030 ± 0.014 | 0.060 ± 0.000 | "
+          "- | - |") in page
   assert "| grpo | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | - |" in page
   assert "![teacher_gap.png](teacher_gap.png)" in page
   with open(os.path.join(out, "teacher_gap.png"), "rb") as f:

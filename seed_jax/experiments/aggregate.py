@@ -302,6 +302,10 @@ SHARED_Y = frozenset({"teacher_gap.png"})  # CURVES files whose panels share one
 GAP_COLUMNS = (("teacher gap, action block", "gap_action_delta_mean"),
                ("teacher gap, rest", "gap_rest_delta_mean"),
                ("action tokens with gate > 0.6", "gap_action_gate_above_0.6"),
+               # A format that thinks before it acts decides its move in the rest (the
+               # action block repeats it): the teacher's opinion of the move shows here.
+               ("rest tokens with gate > 0.6", "gap_rest_gate_above_0.6"),
+               ("rest tokens with gate < 0.4", "gap_rest_gate_below_0.4"),
                ("teacher gap, won", "gap_won_delta_mean"),
                ("teacher gap, failed", "gap_failed_delta_mean"))
 
