@@ -2,7 +2,8 @@
 
   python -m seed_jax.experiment --config=configs/alfworld.py:compare \
       --algorithms=seed,seed_oracle,grpo --seeds=0,1,2 --out=runs/exp \
-      [--parallel=N] [--teacher_gap] [--config.KEY=VALUE ...] [--aggregate_only]
+      [--parallel=N] [--teacher_gap] [--max_runs=N] [--config.KEY=VALUE ...]
+      [--aggregate_only]
 
 Each run is `python -m seed_jax.main` in its own workdir, `<out>/<arm>/seed<k>` (its output
 also goes to `<out>/logs/`). The arms of one seed share their warm start (behaviour cloning
@@ -10,7 +11,9 @@ and, for arms with it, stage 1), computed once per seed under `<out>/warm_start/
 and warm starts: seed_jax/experiments/arms.py and jobs.py). Finished runs are skipped and
 unfinished ones resume from their last checkpoint, so after a stop the same command
 continues where the experiment stopped. A SIGTERM or Ctrl-C stops it: no new run starts,
-the running ones checkpoint and stop (a second Ctrl-C ends them at once). At the end (and
+the running ones checkpoint and stop (a second Ctrl-C ends them at once). `--max_runs=N`
+starts at most N runs (warm starts count) and then stops the same way once they end: a
+session of known length runs what fits, the next continues. At the end (and
 with `--aggregate_only`, without running anything) the runs' metrics become
 `<out>/results.md` and `<out>/*.png` (seed_jax/experiments/aggregate.py), headed by the
 command (kept in `<out>/command.txt`). `--config.KEY=VALUE` applies to every run.
@@ -62,6 +65,7 @@ def _define_flags() -> None:
   the module must not add required flags to every absl program of the process."""
   # pylint: disable-next=global-statement
   global _CONFIG, _ALGORITHMS, _SEEDS, _OUT, _PARALLEL, _AGGREGATE_ONLY, _TEACHER_GAP
+  global _MAX_RUNS
   _CONFIG = config_flags.DEFINE_config_file(
       "config", None, "config file and preset of every run, e.g. configs/alfworld.py:compare",
       lock_config=True)
@@ -78,6 +82,9 @@ def _define_flags() -> None:
       "after each run and warm start, measure the teacher gap of its final weights on the "
       "held-out split into <run>/teacher_gap.json (seed_jax.teacher_gap; runs finished "
       "earlier are measured first while their checkpoints exist)")
+  _MAX_RUNS = flags.DEFINE_integer(
+      "max_runs", 0, "start at most this many runs, warm starts included (each with its "
+      "teacher gap), then stop; the same command continues (0: no limit)")
   flags.mark_flags_as_required(["out"])
 
 # The runs' environment, taken before anything imports jax: its import sets variables
@@ -223,14 +230,17 @@ def stop_handler(children: set[subprocess.Popen], stop: threading.Event):
 
 
 def reproducing_command(argv: Sequence[str]) -> str:
-  """The command that runs the experiment (`--aggregate_only` left out), for the page."""
-  kept = [a for a in argv[1:] if not re.match(r"^--?(no)?aggregate_only(=|$)", a)]
+  """The command that runs the experiment (`--aggregate_only` and `--max_runs`, which say
+  how much of it to run now, left out), for the page."""
+  kept = [a for a in argv[1:]
+          if not re.match(r"^--?((no)?aggregate_only|max_runs)(=|$)", a)]
   return shlex.join(["python", "-m", "seed_jax.experiment"] + kept)
 
 
 def run_experiment(config, arms: Sequence[Arm], seeds: Sequence[int], out: str,
-                   parallel: int, teacher_gap: bool = False):
-  """Runs the experiment's unfinished runs; returns the `Outcome`. SIGTERM or Ctrl-C:
+                   parallel: int, teacher_gap: bool = False, max_runs: int = 0):
+  """Runs the experiment's unfinished runs (at most `max_runs` starts; 0: all); returns
+  the `Outcome`. SIGTERM or Ctrl-C:
   no new run starts, the running ones are asked to checkpoint and stop. With
   `teacher_gap`, each finished run's teacher gap is measured (`teacher_gap_command`)
   before the next run starts: first those finished earlier, then each as it finishes."""
@@ -255,7 +265,7 @@ def run_experiment(config, arms: Sequence[Arm], seeds: Sequence[int], out: str,
       if not stop.is_set() and needs_teacher_gap(job):
         measure(job)
     runner = with_teacher_gap(runner, measure, stop)
-  outcome = run_jobs(jobs, runner, parallel=parallel, stop=stop)
+  outcome = run_jobs(jobs, runner, parallel=parallel, stop=stop, max_starts=max_runs)
   print(f"[experiment] {len(outcome.skipped)} runs already finished, "
         f"{len(outcome.finished)} finished now, {len(outcome.unfinished)} unfinished "
         f"{outcome.unfinished or ''}, {len(outcome.waiting)} waiting", flush=True)
@@ -274,6 +284,8 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(str(e)) from None
   if _PARALLEL.value < 1:
     raise app.UsageError(f"--parallel: at least 1, got {_PARALLEL.value}")
+  if _MAX_RUNS.value < 0:
+    raise app.UsageError(f"--max_runs: 0 (no limit) or more, got {_MAX_RUNS.value}")
   out = os.path.abspath(_OUT.value)
   command_file = os.path.join(out, "command.txt")  # the page names the running command
   outcome = None
@@ -284,7 +296,7 @@ def main(argv: Sequence[str]) -> None:
     with open(command_file, "w") as f:
       f.write(reproducing_command(sys.argv) + "\n")
     outcome = run_experiment(_CONFIG.value, arms, seeds, out, _PARALLEL.value,
-                             _TEACHER_GAP.value)
+                             _TEACHER_GAP.value, _MAX_RUNS.value)
   command = (open(command_file).read().strip() if os.path.exists(command_file)
              else reproducing_command(sys.argv))
   path = aggregate.write_results(out, [arm.name for arm in arms], seeds,

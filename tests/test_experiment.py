@@ -312,6 +312,26 @@ def test_once_stopped_no_new_run_starts(tmp_path):
   assert len(outcome.waiting) == len(jobs) - 1
 
 
+def test_max_starts_runs_that_many_and_the_next_call_continues(tmp_path):
+  jobs = plan(tmp_path)
+  trainer = FakeTrainer()
+  outcome = run_jobs(jobs, trainer, max_starts=2, log=lambda _: None)
+  assert [name for name, _ in trainer.started] == [jobs[0].name, jobs[1].name]
+  assert outcome.finished == [jobs[0].name, jobs[1].name]
+  assert len(outcome.waiting) == len(jobs) - 2 and not outcome.complete
+  again = FakeTrainer()
+  outcome = run_jobs(jobs, again, log=lambda _: None)
+  assert [name for name, _ in again.started] == [job.name for job in jobs[2:]]
+  assert outcome.complete
+
+
+def test_the_page_command_leaves_out_how_much_to_run_now():
+  argv = ["seed_jax/experiment.py", "--config=c.py:learn", "--max_runs=3", "--seeds=0",
+          "--aggregate_only", "--out=x"]
+  assert experiment.reproducing_command(argv) == (
+      "python -m seed_jax.experiment --config=c.py:learn --seeds=0 --out=x")
+
+
 def test_parallel_runs_start_each_run_after_the_runs_it_starts_from(tmp_path):
   jobs = plan(tmp_path, seeds=(0, 1, 2))
   finished, running, most = set(), set(), [0]

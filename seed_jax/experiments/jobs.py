@@ -264,12 +264,12 @@ class Outcome:
 
 
 def run_jobs(jobs: Sequence[Job], runner: Runner, parallel: int = 1,
-             stop: threading.Event | None = None,
+             stop: threading.Event | None = None, max_starts: int = 0,
              log: Callable[[str], None] = print) -> Outcome:
   """Runs the unfinished jobs, at most `parallel` at once, each once its `after` jobs are
   finished. A job that ends unfinished (failed, or stopped) holds back the jobs after it;
-  the others go on. Once `stop` is set no job is started (running ones end as their runner
-  makes them)."""
+  the others go on. Once `stop` is set, or `max_starts` jobs were started (0: no limit),
+  no job is started (running ones end as their runner makes them)."""
   stop = stop or threading.Event()
   outcome = Outcome()
   done = set()
@@ -293,11 +293,14 @@ def run_jobs(jobs: Sequence[Job], runner: Runner, parallel: int = 1,
 
   with concurrent.futures.ThreadPoolExecutor(max(parallel, 1)) as pool:
     running: dict[concurrent.futures.Future, Job] = {}
+    starts = 0
     while True:
       ready = [job for job in pending if all(name in done for name in job.after)]
-      while ready and len(running) < parallel and not stop.is_set():
+      while (ready and len(running) < parallel and not stop.is_set()
+             and (not max_starts or starts < max_starts)):
         job = ready.pop(0)
         pending.remove(job)
+        starts += 1
         log(f"[experiment] start {job.name}")
         running[pool.submit(start, job)] = job
       if not running:
