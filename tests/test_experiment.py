@@ -531,7 +531,8 @@ def test_the_results_page_shows_the_teacher_gap_of_each_arm(tmp_path):
     write_run(f"{out}/seed/seed{seed}", [0.5], skills=skills, fields={
         "gap_action_delta_mean": action, "gap_rest_delta_mean": rest,
         "gap_action_gate_above_0.6": 0.5, "gap_rest_gate_above_0.6": 0.02 * (seed + 1),
-        "gap_rest_gate_below_0.4": 0.06})
+        "gap_rest_gate_below_0.4": 0.06, "gap_decision_delta_mean": -0.2 * (seed + 1),
+        "gap_decision_gate_above_0.6": 0.25})
   write_run(f"{out}/grpo/seed0", [0.5], skills=skills)  # no teacher gap: joint mode, say
   path = aggregate.write_results(out, ["seed", "grpo"], [0, 1])
   page = open(path).read()
@@ -539,11 +540,12 @@ def test_the_results_page_shows_the_teacher_gap_of_each_arm(tmp_path):
           "with gate > 0.6 | rest tokens with gate > 0.6 | rest tokens with gate < 0.4 |"
           in page)
   # Action block 0.25 and 0.75, rest -0.05 and -0.15; where a think block decides the
-  # move, the rest's endorsed (0.02, 0.04) and opposed (0.06) shares show the teacher's
+  # move, the rest's endorsed (0.02, 0.04) and opposed (0.06) shares and the decision's
+  # shift (-0.2, -0.4) and shares (0.25 endorsed, opposed not recorded) show the teacher's
   # opinion; won / failed not recorded.
   assert ("| seed | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | "
           "0.500 ± 0.354 | -0.100 ± 0.071 | 0.500 ± 0.000 | 0.030 ± 0.014 | 0.060 ± 0.000 | "
-          "- | - |") in page
+          "-0.300 ± 0.141 | 0.250 ± 0.000 | - | - | - |") in page
   assert "| grpo | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | - |" in page
   assert "![teacher_gap.png](teacher_gap.png)" in page
   with open(os.path.join(out, "teacher_gap.png"), "rb") as f:
@@ -662,6 +664,7 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
               fields={"episodes": 16, "time_rollout_s": 30.0 + 100 * (seed == 2),
                       "time_analysis_s": 6.0,
                       "gap_action_delta_mean": 0.5 + seed, "gap_rest_delta_mean": -seed,
+                      **({"gap_decision_delta_mean": -0.5} if seed else {}),
                       "gate_hist": [0.5, 0.5]},
               machines=["Slow CPU" if seed == 2 else "Fast CPU"])  # seed 2: not comparable
     write_run(f"{out}/grpo/seed{seed}", [0.25], {1: grpo_final}, final=grpo_final,
@@ -684,9 +687,10 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   assert "| no_opd | 0 ± 0 | - | 0 |" in page  # no provenance.json: never paired
   assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 |" in page  # 1 group an iteration, 3 steps a run
   # The teacher: the gap of the only iteration is first and last (action block 0.5, 1.5,
-  # 2.5; the rest 0, -1, -2); both gate bins lie outside [0.4, 0.6].
+  # 2.5; the rest 0, -1, -2; the decision -0.5 where recorded, seeds 1 and 2); both gate
+  # bins lie outside [0.4, 0.6].
   assert ("| seed | 1.500 ± 1.000 | 1.500 ± 1.000 | -1.000 ± 1.000 | -1.000 ± 1.000 | "
-          "1.000 ± 0.000 | 1.000 ± 0.000 |") in page
+          "-0.500 ± 0.000 | -0.500 ± 0.000 | 1.000 ± 0.000 | 1.000 ± 0.000 |") in page
 
 
 def test_the_page_tells_where_each_run_ran_and_which_warm_start_it_started_from(tmp_path):

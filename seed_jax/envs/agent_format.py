@@ -60,6 +60,29 @@ def action_char_span(text: str) -> tuple[int, int] | None:
   return last.start(), close.end() if close else len(text)
 
 
+def decision_char_span(text: str) -> tuple[int, int] | None:
+  """Where the response first names the action it takes: the character span `[start,
+  end)` of the first occurrence (any case, as a whole word) of its action block's content,
+  or None without a block or with an empty one.
+
+  A response that thinks before it acts (`<think>Next I should move left.</think>
+  <action>left</action>`) decides at the think's "left"; the block then copies it, with
+  probability near 1 for student and teacher alike. Without an earlier mention the span is
+  the block's content itself.
+  """
+  span = action_char_span(text)
+  if span is None:
+    return None
+  opening = _ACTION_BLOCK_OPEN.match(text, span[0])
+  closing = re.compile(rf"</{opening.group(1)}>\s*$", re.IGNORECASE)
+  block = text[opening.end():span[1]]
+  content = closing.sub("", block).strip()
+  if not content:
+    return None
+  first = re.search(rf"(?<!\w){re.escape(content)}(?!\w)", text, re.IGNORECASE)
+  return first.start(), first.end()
+
+
 @dataclasses.dataclass(frozen=True)
 class Turn:
   """One past turn as the agent's prompt shows it: what it saw, and the action it took."""

@@ -306,6 +306,11 @@ GAP_COLUMNS = (("teacher gap, action block", "gap_action_delta_mean"),
                # action block repeats it): the teacher's opinion of the move shows here.
                ("rest tokens with gate > 0.6", "gap_rest_gate_above_0.6"),
                ("rest tokens with gate < 0.4", "gap_rest_gate_below_0.4"),
+               # Where the response first names its action (`decision_char_span`): the
+               # move itself, wherever the format decides it (runs from 2026-12-04 on).
+               ("teacher gap, decision", "gap_decision_delta_mean"),
+               ("decision tokens with gate > 0.6", "gap_decision_gate_above_0.6"),
+               ("decision tokens with gate < 0.4", "gap_decision_gate_below_0.4"),
                ("teacher gap, won", "gap_won_delta_mean"),
                ("teacher gap, failed", "gap_failed_delta_mean"))
 
@@ -459,17 +464,22 @@ def gap_lines(results: dict[str, list[RunResults]]) -> list[str]:
            "Teacher gap: the mean shift `teacher - student` log-prob of the sampled tokens "
            "at theta_old (\"precomputed\" teacher mode), on the action block and on the "
            "rest of the response (where a format that thinks before it acts decides its "
-           "move; the action block then only repeats it). Gate spread: the share of "
+           "move; the action block then only repeats it), and on the decision: the tokens "
+           "where the response first names its action (the move itself; on samples drawn at "
+           "temperature 1 the mean shift there is minus the KL divergence of the student "
+           "from the teacher: below zero for any teacher that differs). Gate spread: the "
+           "share of "
            "OPD-active tokens whose gate is outside [0.4, 0.6] (a teacher that knows nothing "
            "more than its student leaves every gate near 0.5).", "",
            "| arm | gap on the action block, first iteration | last iteration | gap on the "
-           "rest, first iteration | last iteration | gate spread, first iteration | "
-           "last iteration |", "|---|---|---|---|---|---|---|"]
+           "rest, first iteration | last iteration | gap on the decision, first iteration | "
+           "last iteration | gate spread, first iteration | last iteration |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for arm in arms:
     firsts = [run.train[min(run.train)] for run in results[arm] if run.train]
     lasts = [run.train[max(run.train)] for run in results[arm] if run.train]
     cells = [_fmt([r.get(f"gap_{part}_delta_mean") for r in records])
-             for part in ("action", "rest") for records in (firsts, lasts)]
+             for part in ("action", "rest", "decision") for records in (firsts, lasts)]
     cells += [_fmt([gate_spread(r) for r in records]) for records in (firsts, lasts)]
     lines.append(f"| {arm} | " + " | ".join(cells) + " |")
   return lines

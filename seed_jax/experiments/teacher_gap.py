@@ -20,7 +20,8 @@ Figures per source (`measure`):
   whatever reasoning precedes the action tag), and the share of steps where the skill
   raised it over the plain prompt;
 * token gap: delta on the plain episodes' sampled tokens, both sides scored now by the
-  same parameters, on the action span and on the rest (`seed_jax.seed.token_gap`);
+  same parameters, on the action span, on the rest and on the decision (where the
+  response first names its action) (`seed_jax.seed.token_gap`);
 * `content_score`: oracle's minus wrong's decision probability: above zero only if the
   teacher reads what the skill says.
 """
@@ -36,7 +37,7 @@ import numpy as np
 from seed_jax.agent.loop import Decision, Episode, run_episodes
 from seed_jax.agent.policies import expert_policy
 from seed_jax.agent.prompts import PromptEncoder
-from seed_jax.envs.agent_format import shows_images
+from seed_jax.envs.agent_format import decision_char_span, shows_images
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed.batch import build_batch
 from seed_jax.seed.continuations import (candidate_probabilities, continuation_logprobs,
@@ -122,7 +123,8 @@ def token_deltas(trainer, trajs, skills_by_source: dict[str, dict[str, str | Non
                  placement: str) -> dict[str, dict[str, np.ndarray]]:
   """Per skill source, delta = lp(teacher) - lp(student) on the plain episodes' sampled
   tokens, both scored with the current parameters (the student rows once: they do not
-  depend on the skill); split into `action` and `rest` tokens (1-D arrays)."""
+  depend on the skill); split into `action` and `rest` tokens and the `decision` tokens
+  (where the response first names its action: `decision_char_span`), 1-D arrays."""
   config = dataclasses.replace(trainer.batch_config,
                                rows_multiple=trainer.spec.rl.micro_batch_size)
   params, student, out = trainer.state.params, None, {}
@@ -138,10 +140,13 @@ def token_deltas(trainer, trajs, skills_by_source: dict[str, dict[str, str | Non
     if student is None:
       student = trainer.score_rows(params, batch, "student")
       action = response_action_masks(trajs, resp_len, trainer.tokenizer, len(student))
+      decision = response_action_masks(trajs, resp_len, trainer.tokenizer, len(student),
+                                       span_of=decision_char_span)
     teacher = trainer.score_rows(params, batch, "teacher")
     active = (batch["response_mask"] * batch["opd_mask"][:, None]) > 0
     delta = (teacher - student).astype(np.float64)
-    out[source] = {"action": delta[active & action], "rest": delta[active & ~action]}
+    out[source] = {"action": delta[active & action], "rest": delta[active & ~action],
+                   "decision": delta[active & decision]}
   return out
 
 
@@ -181,8 +186,8 @@ def _source_entry(source: str, acting, p_expert, skills, token_gap, beta: float,
     entry["raised"] = float(np.mean(p_expert[source] > p_expert["plain"]))
   if source in token_gap:
     deltas = token_gap[source]
-    entry["token_gap"] = {**gap_summary(deltas["action"], beta, "action_"),
-                          **gap_summary(deltas["rest"], beta, "rest_")}
+    entry["token_gap"] = {k: v for part in ("action", "rest", "decision")
+                          for k, v in gap_summary(deltas[part], beta, f"{part}_").items()}
   return entry
 
 

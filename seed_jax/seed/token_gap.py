@@ -17,22 +17,25 @@ teacher is scored inside the train step and these figures are absent.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from seed_jax.envs.agent_format import action_char_span
+from seed_jax.envs.agent_format import action_char_span, decision_char_span
 from seed_jax.seed.batch import Trajectory
 
 GATE_HIGH, GATE_LOW = 0.6, 0.4  # a gate this far from 0.5 is a clear teacher opinion
 QUANTILES = (10, 50, 90)
 # The splits of `token_gap_stats`: metric-key prefix -> which OPD-active tokens.
-SPLITS = ("all", "action", "rest", "won", "failed")
+SPLITS = ("all", "action", "rest", "decision", "won", "failed")
+SpanOf = Callable[[str], "tuple[int, int] | None"]  # decoded response -> character span
 
 
-def action_token_mask(tokenizer, response_ids: Sequence[int]) -> np.ndarray:
+def action_token_mask(tokenizer, response_ids: Sequence[int],
+                      span_of: SpanOf = action_char_span) -> np.ndarray:
   """Bool `[len(response_ids)]`: the tokens whose decoded characters overlap the action
-  block (`action_char_span` of the decoded response); all False without a block.
+  block (`span_of` of the decoded response: `action_char_span`, or `decision_char_span`
+  for where the response first names its action); all False without a span.
 
   Token i covers the characters `[L(i), L(i + 1))` with `L(i) = len(decode(ids[:i]))`, which
   grows with i, so each end of the span is found by binary search over prefixes: O(log n)
@@ -40,7 +43,7 @@ def action_token_mask(tokenizer, response_ids: Sequence[int]) -> np.ndarray:
   """
   ids = list(response_ids)
   mask = np.zeros(len(ids), bool)
-  span = action_char_span(tokenizer.decode(ids))
+  span = span_of(tokenizer.decode(ids))
   if span is None:
     return mask
   start, end = span
@@ -65,9 +68,10 @@ def action_token_mask(tokenizer, response_ids: Sequence[int]) -> np.ndarray:
 
 
 def response_action_masks(trajectories: Sequence[Trajectory], response_len: int, tokenizer,
-                          num_rows: int | None = None) -> np.ndarray:
+                          num_rows: int | None = None, span_of: SpanOf = action_char_span
+                          ) -> np.ndarray:
   """Bool `[B, R]` over `build_batch`'s rows: True at the response tokens of each step's
-  action block (`action_token_mask`).
+  action block (`action_token_mask` with `span_of`; `decision_char_span`: the decision).
 
   Rows follow `build_batch`: every step of every trajectory in turn, a response's token r
   in column r, responses longer than R cut to their first R tokens (the block is found in
@@ -80,7 +84,7 @@ def response_action_masks(trajectories: Sequence[Trajectory], response_len: int,
     raise ValueError(f"{rows} rows for {len(steps)} steps")
   out = np.zeros((rows, response_len), bool)
   for row, step in enumerate(steps):
-    mask = action_token_mask(tokenizer, step.response_ids)[:response_len]
+    mask = action_token_mask(tokenizer, step.response_ids, span_of)[:response_len]
     out[row, :len(mask)] = mask
   return out
 
@@ -114,20 +118,24 @@ def _won_rows(trajectories: Sequence[Trajectory], num_rows: int) -> np.ndarray:
   return won
 
 
+def _padded_rows(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+  """A token mask with fewer rows than the batch (no padding rows), padded with False."""
+  out = np.zeros(shape, bool)
+  out[:mask.shape[0]] = mask
+  return out
+
+
 def _active_and_delta(batch: dict[str, np.ndarray], teacher_logprobs: np.ndarray,
                       action_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(active bool `[B, R]`, delta float64 `[B, R]`, action bool `[B, R]`). An action mask
-  with fewer rows than the batch (no padding rows) is padded with False."""
+  """(active bool `[B, R]`, delta float64 `[B, R]`, action bool `[B, R]`)."""
   active = (batch["response_mask"] * batch["opd_mask"][:, None]) > 0
   delta = np.asarray(teacher_logprobs, np.float64) - batch["old_logprobs"]
-  action = np.zeros(active.shape, bool)
-  action[:action_mask.shape[0]] = action_mask
-  return active, delta, action
+  return active, delta, _padded_rows(action_mask, active.shape)
 
 
 def token_gap_stats(trajectories: Sequence[Trajectory], batch: dict[str, np.ndarray],
-                    teacher_logprobs: np.ndarray, beta: float, action_mask: np.ndarray
-                    ) -> dict[str, float]:
+                    teacher_logprobs: np.ndarray, beta: float, action_mask: np.ndarray,
+                    decision_mask: np.ndarray | None = None) -> dict[str, float]:
   """The teacher gap of one batch at theta_old, over its OPD-active tokens.
 
   Args:
@@ -137,19 +145,24 @@ def token_gap_stats(trajectories: Sequence[Trajectory], batch: dict[str, np.ndar
       "precomputed" teacher mode's; the other modes have none on the host).
     beta: the OPD gate's `beta_opd`.
     action_mask: bool `[B, R]` (or `[steps, R]`), `response_action_masks`.
+    decision_mask: the same with `span_of=decision_char_span`, or None (no such split).
   Returns:
     `gap_summary` of the tokens of each split, under the prefixes `gap_all_`,
-    `gap_action_` (the action block), `gap_rest_` (the rest of the response), `gap_won_`
-    and `gap_failed_` (the tokens of won / failed trajectories).
+    `gap_action_` (the action block), `gap_rest_` (the rest of the response),
+    `gap_decision_` (where the response first names its action; with `decision_mask`),
+    `gap_won_` and `gap_failed_` (the tokens of won / failed trajectories).
   """
   active, delta, action = _active_and_delta(batch, teacher_logprobs, action_mask)
   won = _won_rows(trajectories, active.shape[0])[:, None]
   # Padding rows hold no active token, so `~won` picks the failed trajectories' tokens.
   splits = {"all": active, "action": active & action, "rest": active & ~action,
             "won": active & won, "failed": active & ~won}
+  if decision_mask is not None:
+    splits["decision"] = active & _padded_rows(decision_mask, active.shape)
   out: dict[str, float] = {}
   for name in SPLITS:
-    out.update(gap_summary(delta[splits[name]], beta, f"gap_{name}_"))
+    if name in splits:
+      out.update(gap_summary(delta[splits[name]], beta, f"gap_{name}_"))
   return out
 
 

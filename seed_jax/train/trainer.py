@@ -27,6 +27,7 @@ from seed_jax import metrics as metrics_lib
 from seed_jax import paths, provenance
 from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.checkpoint import Checkpointer
+from seed_jax.envs.agent_format import decision_char_span
 from seed_jax.envs.pool import EnvPool
 from seed_jax.envs.registry import get_env_module
 from seed_jax.models import export_hf, load_model, resolve_model_path
@@ -552,9 +553,11 @@ class Trainer:
     gates, gaps = None, {}
     if "teacher_logprobs" in batch:  # at theta_old: the "precomputed" teacher mode only
       beta, teacher = spec.train_step.loss.beta_opd, batch["teacher_logprobs"]
-      actions = response_action_masks(trajs, resp_len, self.tokenizer,
-                                       num_rows=batch["advantages"].shape[0])
-      gaps = token_gap_stats(trajs, batch, teacher, beta, actions)
+      rows = batch["advantages"].shape[0]
+      actions = response_action_masks(trajs, resp_len, self.tokenizer, num_rows=rows)
+      decisions = response_action_masks(trajs, resp_len, self.tokenizer, num_rows=rows,
+                                        span_of=decision_char_span)
+      gaps = token_gap_stats(trajs, batch, teacher, beta, actions, decisions)
       gates = [None if gate is None else {**gate, **split} for gate, split in zip(
           trajectory_gate_stats(trajs, batch, teacher, beta),
           trajectory_token_gaps(trajs, batch, teacher, beta, actions))]

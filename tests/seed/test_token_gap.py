@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from seed_jax.envs.agent_format import action_char_span
+from seed_jax.envs.agent_format import action_char_span, decision_char_span
 from seed_jax.seed import batch as batch_lib
 from seed_jax.seed import token_gap
 
@@ -39,6 +39,27 @@ def test_action_char_span_is_the_last_block_through_its_closing_tag(text, block)
 @pytest.mark.parametrize("text", ["", "<think>only thinking</think>", "action: go", "<act>x"])
 def test_a_response_without_an_action_block_has_no_span(text):
   assert action_char_span(text) is None
+
+
+@pytest.mark.parametrize("text, decision, at", [
+    # A think that names the move decides it; the block repeats it.
+    ("<think>Next I should move left.</think><action>left</action>", "left", 26),
+    # Named nowhere before: the block's content itself (closed or not, any case).
+    ("<think>x</think><action>go to desk 1</action>", "go to desk 1", 24),
+    ("<think>x</think><action> open drawer 2", "open drawer 2", 25),
+    ("<think>I will Go To Desk 1.</think><action>go to desk 1</action>", "Go To Desk 1", 14),
+    # A whole word only: "up" inside "update" is no mention of the move.
+    ("<think>update the plan</think><action>up</action>", "up", 38),
+])
+def test_decision_char_span_is_where_the_response_first_names_its_action(text, decision, at):
+  start, end = decision_char_span(text)
+  assert (text[start:end], start) == (decision, at)
+
+
+@pytest.mark.parametrize("text", ["", "<think>only thinking</think>", "<action> </action>",
+                                  "<think>x</think><action></action>"])
+def test_a_response_without_an_action_has_no_decision(text):
+  assert decision_char_span(text) is None
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +116,12 @@ class _CountingTokenizer:
   def decode(self, ids):
     self.calls += 1
     return self.inner.decode(ids)
+
+
+def test_the_decision_tokens_of_a_think_then_act_response_are_its_move(tokenizer):
+  ids = tokenizer.encode("<think>Next I should move left.</think><action>left</action>")
+  mask = token_gap.action_token_mask(tokenizer, ids, span_of=decision_char_span)
+  assert _masked_text(tokenizer, ids, mask).strip() == "left" and mask.sum() == 1
 
 
 def test_action_token_mask_decodes_log_n_prefixes_not_every_token(tokenizer):
@@ -205,10 +232,24 @@ def test_token_gap_stats_split_the_opd_tokens_by_hand():
   assert got["gap_rest_gate_above_0.6"] == 0.25 and got["gap_rest_gate_below_0.4"] == 0.5
 
 
+def test_the_decision_split_holds_the_marked_opd_tokens():
+  trajs, batch, teacher, action = _hand_batch()
+  decision = np.zeros((4, RESP), bool)
+  decision[0, 1] = decision[1, 0] = True  # deltas -0.2 and -1.0
+  decision[3, 0] = True  # trajectory 2's step: no skill, no OPD token
+  got = token_gap.token_gap_stats(trajs, batch, teacher, BETA, action, decision)
+  assert got["gap_decision_tokens"] == 2
+  assert math.isclose(got["gap_decision_delta_mean"], -0.6, abs_tol=1e-6)
+  assert got["gap_decision_gate_below_0.4"] == 1.0
+  without = token_gap.token_gap_stats(trajs, batch, teacher, BETA, action)
+  assert not any(key.startswith("gap_decision_") for key in without)
+  assert without == {k: v for k, v in got.items() if not k.startswith("gap_decision_")}
+
+
 def test_without_opd_tokens_each_split_reports_only_its_count():
   trajs, batch, teacher, action = _hand_batch()
   batch = dict(batch, opd_mask=np.zeros_like(batch["opd_mask"]))
-  got = token_gap.token_gap_stats(trajs, batch, teacher, BETA, action)
+  got = token_gap.token_gap_stats(trajs, batch, teacher, BETA, action, action)
   assert got == {f"gap_{name}_tokens": 0 for name in token_gap.SPLITS}
 
 

@@ -39,6 +39,7 @@ def test_every_algorithm_runs_end_to_end(tiny_model, tmp_path, algorithm):
     gap = {k: v for k, v in train[0].items() if k.startswith("gap_")}
     assert gap["gap_action_tokens"] + gap["gap_rest_tokens"] == gap["gap_all_tokens"]
     assert gap["gap_won_tokens"] + gap["gap_failed_tokens"] == gap["gap_all_tokens"]
+    assert 0 <= gap["gap_decision_tokens"] <= gap["gap_all_tokens"]
     assert all(np.isfinite(v) for v in gap.values())
     with open(tmp_path / "analysis" / "iter_1.jsonl") as f:
       gates = [g for g in (json.loads(line)["gate"] for line in f) if g is not None]

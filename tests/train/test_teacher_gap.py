@@ -53,7 +53,10 @@ def test_the_token_gap_splits_the_action_span_from_the_rest(result):
   gap = result["oracle"]["token_gap"]
   # Every plain episode's tokens are scored with the oracle skill (each task has one).
   assert gap["action_tokens"] + gap["rest_tokens"] > 0
-  for part in ("action_", "rest_"):
+  # The decision (where a response first names its action) lies within its action block
+  # or before it, in the rest: never more tokens than both hold.
+  assert 0 <= gap["decision_tokens"] <= gap["action_tokens"] + gap["rest_tokens"]
+  for part in ("action_", "rest_", "decision_"):
     if gap[f"{part}tokens"]:
       assert gap[f"{part}delta_q10"] <= gap[f"{part}delta_q50"] <= gap[f"{part}delta_q90"]
   assert "gate<0.4" in teacher_gap.format_table(result)
