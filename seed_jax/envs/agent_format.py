@@ -44,6 +44,16 @@ _ACTION_OPEN, _ACTION_CLOSE = "<action>", "</action>"
 _ACTION_BLOCK_OPEN = re.compile(r"<(action|search|answer)>", re.IGNORECASE)
 
 
+def _last_action_block(text: str) -> tuple[re.Match, re.Match | None] | None:
+  """The last action block's opening tag and its closing tag (None: unclosed), or None
+  without a block (`action_char_span` says which block and why the last)."""
+  opens = list(_ACTION_BLOCK_OPEN.finditer(text))
+  if not opens:
+    return None
+  last = opens[-1]
+  return last, re.compile(rf"</{last.group(1)}>", re.IGNORECASE).search(text, last.end())
+
+
 def action_char_span(text: str) -> tuple[int, int] | None:
   """The character span `[start, end)` of the response's action block, or None.
 
@@ -52,12 +62,11 @@ def action_char_span(text: str) -> tuple[int, int] | None:
   text (samplers stop on the closing tag and may drop it). The last one, because a response
   that names a tag in its reasoning before acting still acts with its final block.
   """
-  opens = list(_ACTION_BLOCK_OPEN.finditer(text))
-  if not opens:
+  block = _last_action_block(text)
+  if block is None:
     return None
-  last = opens[-1]
-  close = re.compile(rf"</{last.group(1)}>", re.IGNORECASE).search(text, last.end())
-  return last.start(), close.end() if close else len(text)
+  opening, closing = block
+  return opening.start(), closing.end() if closing else len(text)
 
 
 def decision_char_span(text: str) -> tuple[int, int] | None:
@@ -70,13 +79,11 @@ def decision_char_span(text: str) -> tuple[int, int] | None:
   probability near 1 for student and teacher alike. Without an earlier mention the span is
   the block's content itself.
   """
-  span = action_char_span(text)
-  if span is None:
+  block = _last_action_block(text)
+  if block is None:
     return None
-  opening = _ACTION_BLOCK_OPEN.match(text, span[0])
-  closing = re.compile(rf"</{opening.group(1)}>\s*$", re.IGNORECASE)
-  block = text[opening.end():span[1]]
-  content = closing.sub("", block).strip()
+  opening, closing = block
+  content = text[opening.end():closing.start() if closing else len(text)].strip()
   if not content:
     return None
   first = re.search(rf"(?<!\w){re.escape(content)}(?!\w)", text, re.IGNORECASE)
