@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seed_jax.models.flops import training_flops
+from seed_jax.models.flops import forward_flops, training_flops
 
 
 def time_call(fn, *args, repeats: int = 3) -> float:
@@ -51,6 +51,46 @@ def stream_bandwidth_bytes(gib: float = 1.0, repeats: int = 5) -> float:
   x = jax.random.normal(jax.random.key(0), (n,), jnp.float32)
   total = jax.jit(jnp.sum)
   return 4 * n / time_call(total, x, repeats=repeats)
+
+
+def decode_step_cost(cfg, weight_bytes: int, batch: int, prompt_len: int, new_tokens: int,
+                     cache_itemsize: int) -> dict[str, float]:
+  """What one greedy decode step of `batch` rows must read and compute, on average over a
+  `new_tokens` decode after `prompt_len`-token prompts: the weights once (`weight_bytes`, as
+  the sampler holds them) and each row's filled KV cache (`prompt_len + (new_tokens - 1) / 2`
+  slots on average), and the FLOPs of one token a row over that context
+  (`seed_jax.models.flops.forward_flops`)."""
+  filled = prompt_len + (new_tokens - 1) / 2
+  kv_bytes = (2 * cfg.num_layers * batch * cfg.num_kv_heads * filled * cfg.head_dim
+              * cache_itemsize)
+  return {"weight_bytes": weight_bytes, "kv_bytes": kv_bytes,
+          "step_bytes": weight_bytes + kv_bytes,
+          "step_flops": forward_flops(cfg, batch, 1, unembedded=1, context=int(filled))}
+
+
+def decode_roofline(batch: int, decode_tok_s: float, cost: dict[str, float],
+                    bandwidth: float, peak_flops: float) -> dict[str, float]:
+  """Decode tokens/s beside the machine's ceilings for a step of `cost`
+  (`decode_step_cost`): streaming `step_bytes` at `bandwidth` bytes/s bounds it at
+  `bandwidth_limit_tok_s`, its FLOPs at `peak_flops` at `compute_limit_tok_s`; the roofline
+  is the lower. `weight_limit_tok_s` is the bound if the cache were free. The fractions are
+  `decode_tok_s` over each."""
+  step_s = batch / decode_tok_s
+  bandwidth_limit = batch * bandwidth / cost["step_bytes"]
+  compute_limit = batch * peak_flops / cost["step_flops"]
+  roofline = min(bandwidth_limit, compute_limit)
+  weight_limit = batch * bandwidth / cost["weight_bytes"]
+  return dict(
+      weight_mb=round(cost["weight_bytes"] / 1e6, 1), kv_mb=round(cost["kv_bytes"] / 1e6, 1),
+      step_bytes_mb=round(cost["step_bytes"] / 1e6, 1),
+      achieved_gbps=round(cost["step_bytes"] / step_s / 1e9, 2),
+      bandwidth_limit_tok_s=round(bandwidth_limit, 1),
+      compute_limit_tok_s=round(compute_limit, 1),
+      roofline_tok_s=round(roofline, 1), roofline_fraction=round(decode_tok_s / roofline, 3),
+      weight_limit_tok_s=round(weight_limit, 1),
+      weight_fraction=round(decode_tok_s / weight_limit, 3),
+      gflops=round(cost["step_flops"] / step_s / 1e9, 1),
+      frac_peak_flops=round(cost["step_flops"] / step_s / peak_flops, 3))
 
 
 def synthetic_rl_batch(rows: int, prompt_len: int, response_len: int, vocab: int,

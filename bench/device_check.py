@@ -8,15 +8,23 @@
 Parts, each its own process under `bench/device_check.sh` so a timeout or crash costs only
 that part:
 * `matmul`: a bf16 x bf16 -> float32 `n^3` matmul on random operands: this chip's peak,
-  measured in the same run;
+  measured in the same run; and the memory's streaming bandwidth (a jitted sum over a
+  4-GiB array, `bench.common.stream_bandwidth_bytes`);
 * `train`: the RL train step (`seed_jax.seed.train_step`, teacher log-probs precomputed,
   AdamW) at the paper's micro-batch (16 rows x (2048 prompt + 512 response) tokens):
   tokens/s and MFU, the model FLOPs of `seed_jax.models.flops.training_flops` per second
   against the H200's bf16 peak measured here before (`REFERENCE_PEAK_TFLOPS`) and against
-  the matmul part's;
+  the matmul part's. `train` rematerialises every layer (`remat` "full", the default);
+  `train_projections` keeps the projections' outputs (`remat` "projections": no weight
+  matmul twice, at the memory it reports);
 * `sampler`: greedy `Sampler.generate` of 128 tokens after a 512-token prompt, end of
-  sequence ignored, at batch 64 and 256: tokens/s of the whole call and of decoding alone.
+  sequence ignored, at batch 64 and 256: tokens/s of the whole call and of decoding alone,
+  and (at the merge) decoding beside its roofline: the bytes a step reads (weights + the
+  filled KV cache) at the matmul part's bandwidth, its FLOPs at its peak
+  (`bench.common.decode_roofline`, the fields `bench/sampler.py` reports on a CPU).
 Each reports the device's peak memory in use (`device.memory_stats()`; None on a CPU).
+The merged line carries the figures of the last check (`--previous`, the committed
+`docs/device_check.json`) under `previous`, so a change reads beside what it replaced.
 Parameters are stored as the trainer stores them (`--param_dtype`, float32) and computed
 in bfloat16. `--tiny` shrinks the model and every size so the whole check runs on a CPU in
 seconds (the test does); its numbers mean nothing.
@@ -52,6 +60,7 @@ TINY_SHAPE = dict(num_layers=2, hidden_size=64, intermediate_size=128, num_heads
                   num_kv_heads=2, head_dim=16, vocab_size=512, bos_token_id=0,
                   eos_token_id=1, pad_token_id=0)
 GiB = 1 << 30
+PARTS = ("matmul", "train", "train_projections", "sampler")
 
 
 def missing_packages() -> list[str]:
@@ -102,18 +111,21 @@ def part_matmul(tiny: bool) -> dict[str, Any]:
   # Ten products per timing: one 8192^3 product is ~1.4 ms on an H200, near launch noise.
   seconds = mean_seconds(lambda: jax.block_until_ready([matmul(a, b) for _ in range(10)]),
                          repeats=3, warmups=2) / 10
+  from bench.common import stream_bandwidth_bytes  # pylint: disable=import-outside-toplevel
+  bandwidth = stream_bandwidth_bytes(0.01 if tiny else 4.0)
   return {"n": n, "dtype": "bfloat16", "seconds": round(seconds, 6),
-          "tflops": round(2 * n**3 / seconds / 1e12, 2 if not tiny else 4)}
+          "tflops": round(2 * n**3 / seconds / 1e12, 2 if not tiny else 4),
+          "stream_gbps": round(bandwidth / 1e9, 2 if not tiny else 4)}
 
 
-def model_config(tiny: bool, param_dtype: str):
+def model_config(tiny: bool, param_dtype: str, remat: str = "full"):
   from seed_jax.models.shapes import shape_config  # pylint: disable=import-outside-toplevel
-  return shape_config(MODEL, dtype="bfloat16", param_dtype=param_dtype,
+  return shape_config(MODEL, dtype="bfloat16", param_dtype=param_dtype, remat=remat,
                       **(TINY_SHAPE if tiny else {}))
 
 
-def part_train(tiny: bool, param_dtype: str, rows: int, prompt_len: int, response_len: int,
-               steps: int) -> dict[str, Any]:
+def part_train(tiny: bool, param_dtype: str, remat: str, rows: int, prompt_len: int,
+               response_len: int, steps: int) -> dict[str, Any]:
   # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp
   import numpy as np
@@ -124,7 +136,7 @@ def part_train(tiny: bool, param_dtype: str, rows: int, prompt_len: int, respons
   from seed_jax.seed import losses
   from seed_jax.seed import train_step as ts
   from seed_jax.seed.optim import OptimConfig
-  cfg = model_config(tiny, param_dtype)
+  cfg = model_config(tiny, param_dtype, remat)
   graphdef, params = nnx.split(random_model(cfg), nnx.Param)
   optim_cfg = OptimConfig()
   step = ts.make_train_step(graphdef, optim_cfg, ts.TrainStepConfig(
@@ -147,7 +159,7 @@ def part_train(tiny: bool, param_dtype: str, rows: int, prompt_len: int, respons
   length = prompt_len + response_len
   model_flops, hardware_flops = training_flops(cfg, rows, length, unembedded=response_len)
   return {"rows": rows, "prompt_len": prompt_len, "response_len": response_len,
-          "length": length, "param_dtype": param_dtype, "compile_s": round(compile_s, 1),
+          "length": length, "param_dtype": param_dtype, "remat": remat, "compile_s": round(compile_s, 1),
           "step_s": round(seconds, 4), "tokens_per_s": round(rows * length / seconds, 1),
           "model_tflops_per_s": model_flops / seconds / 1e12,
           "hardware_tflops_per_s": hardware_flops / seconds / 1e12,
@@ -159,10 +171,13 @@ def part_sampler(tiny: bool, param_dtype: str, batches: list[int], prompt_len: i
                  new_tokens: int) -> dict[str, Any]:
   # pylint: disable=import-outside-toplevel
   import numpy as np
+  import jax
+  from bench.common import decode_step_cost
   from seed_jax.models.weights import random_model
   from seed_jax.sampling import Sampler, SamplingParams
   cfg = model_config(tiny, param_dtype)
   sampler = Sampler.from_model(random_model(cfg), max_cache_len=prompt_len + new_tokens)
+  weight_bytes = sum(x.nbytes for x in jax.tree.leaves(sampler.params))
   full = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
   first = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
   rng = np.random.default_rng(0)
@@ -179,7 +194,9 @@ def part_sampler(tiny: bool, param_dtype: str, batches: list[int], prompt_len: i
         "tok_s": round(batch * new_tokens / total, 1),
         "decode_tok_s": round(batch * (new_tokens - 1) / max(total - prefill, 1e-9), 1),
         "call_s": round(total, 4), "prefill_s": round(prefill, 4),
-        "compile_s": round(compile_s, 1)}
+        "compile_s": round(compile_s, 1),
+        "cost": decode_step_cost(cfg, weight_bytes, batch, prompt_len, new_tokens,
+                                 cache_itemsize=2)}  # the cache is in the bf16 compute dtype
   return {"prompt_len": prompt_len, "new_tokens": new_tokens, "param_dtype": param_dtype,
           "batches": results, "peak_memory_gib": peak_memory_gib()}
 
@@ -191,10 +208,11 @@ def run_part(name: str, args: argparse.Namespace) -> dict[str, Any]:
   try:
     if name == "matmul":
       return part_matmul(tiny)
-    if name == "train":
-      return part_train(tiny, args.param_dtype, *((2, 24, 8, 2) if tiny else
-                                                   (args.rows, args.prompt_len,
-                                                    args.response_len, args.steps)))
+    if name.startswith("train"):  # "train" (remat full) or "train_<remat policy>"
+      remat = name.partition("_")[2] or "full"
+      return part_train(tiny, args.param_dtype, remat,
+                        *((2, 24, 8, 2) if tiny else (args.rows, args.prompt_len,
+                                                      args.response_len, args.steps)))
     if name == "sampler":
       return part_sampler(tiny, args.param_dtype, [2, 4] if tiny else args.batches,
                           *((8, 4) if tiny else (args.sampler_prompt_len, args.new_tokens)))
@@ -213,34 +231,71 @@ def error_line(e: Exception) -> str:
 # ------------------------------------------------------------------ the one JSON line
 
 
-def merge(parts: dict[str, dict[str, Any]], tiny: bool) -> dict[str, Any]:
-  """The parts as one record, with the train step's MFU against the reference peak and
-  against this run's matmul."""
+def merge(parts: dict[str, dict[str, Any]], tiny: bool,
+          previous: dict[str, Any] | None = None) -> dict[str, Any]:
+  """The parts as one record: each train step's MFU against the reference peak and this
+  run's matmul, the sampler's decode beside its roofline, and `previous`'s headline
+  figures (the last check's record) under `previous`."""
   import jax  # pylint: disable=import-outside-toplevel
+  from bench.common import decode_roofline  # pylint: disable=import-outside-toplevel
   record = {"check": "device_check", "model": MODEL, "dtype": "bfloat16", "tiny": tiny,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "device": jax.local_devices()[0].device_kind, "backend": jax.default_backend(),
             "jax": jax.__version__, "reference_peak_tflops": REFERENCE_PEAK_TFLOPS}
   matmul = parts.get("matmul") or {"error": "did not run"}
-  train = dict(parts.get("train") or {"error": "did not run"})
-  if "error" not in train:
-    train["mfu"] = round(train["model_tflops_per_s"] / REFERENCE_PEAK_TFLOPS, 4)
-    if matmul.get("tflops"):
-      train["fraction_of_measured_matmul"] = round(
-          train["model_tflops_per_s"] / matmul["tflops"], 4)
-    for key in ("model_tflops_per_s", "hardware_tflops_per_s"):
-      train[key] = round(train[key], 3)
-  sampler = parts.get("sampler") or {"error": "did not run"}
-  peaks = [p.get("peak_memory_gib") for p in (train, sampler)]
-  record.update(matmul=matmul, train=train, sampler=sampler,
-                peak_memory_gib=max((p for p in peaks if p is not None), default=None))
+  record["matmul"] = matmul
+  for name in ("train", "train_projections"):
+    train = dict(parts.get(name) or {"error": "did not run"})
+    if "error" not in train:
+      train["mfu"] = round(train["model_tflops_per_s"] / REFERENCE_PEAK_TFLOPS, 4)
+      if matmul.get("tflops"):
+        train["fraction_of_measured_matmul"] = round(
+            train["model_tflops_per_s"] / matmul["tflops"], 4)
+      for key in ("model_tflops_per_s", "hardware_tflops_per_s"):
+        train[key] = round(train[key], 3)
+    record[name] = train
+  sampler = dict(parts.get("sampler") or {"error": "did not run"})
+  if "batches" in sampler:
+    batches = {}
+    for batch, x in sampler["batches"].items():
+      x = dict(x)
+      cost = x.pop("cost")
+      if matmul.get("tflops") and matmul.get("stream_gbps"):
+        x.update(decode_roofline(int(batch), x["decode_tok_s"], cost,
+                                 matmul["stream_gbps"] * 1e9, matmul["tflops"] * 1e12))
+      batches[batch] = x
+    sampler["batches"] = batches
+  record["sampler"] = sampler
+  peaks = [record[p].get("peak_memory_gib") for p in ("train", "train_projections", "sampler")]
+  record["peak_memory_gib"] = max((p for p in peaks if p is not None), default=None)
+  if previous:
+    record["previous"] = headline(previous)
   return record
+
+
+def headline(record: dict[str, Any]) -> dict[str, Any]:
+  """A check's figures that the next one is read beside."""
+  train, sampler = record.get("train") or {}, record.get("sampler") or {}
+  return {"date": record.get("date"), "matmul_tflops": (record.get("matmul") or {}).get("tflops"),
+          "train_tokens_per_s": train.get("tokens_per_s"), "train_mfu": train.get("mfu"),
+          "sampler_tok_s": {b: x.get("tok_s") for b, x in (sampler.get("batches") or {}).items()},
+          "sampler_decode_tok_s": {b: x.get("decode_tok_s")
+                                   for b, x in (sampler.get("batches") or {}).items()}}
+
+
+def read_previous(path: str | None) -> dict[str, Any] | None:
+  """The last check's record at `path`, if there is one and it measured a device."""
+  if not path or not os.path.exists(path):
+    return None
+  with open(path) as f:
+    record = json.load(f)
+  return None if record.get("tiny") else record
 
 
 def read_parts(folder: str) -> dict[str, dict[str, Any]]:
   """The parts' files; a part killed by its timeout left none and says so."""
   parts = {}
-  for name in ("matmul", "train", "sampler"):
+  for name in PARTS:
     path = os.path.join(folder, f"{name}.json")
     if os.path.exists(path):
       with open(path) as f:
@@ -262,10 +317,12 @@ def write_and_print(record: dict[str, Any], out: str | None) -> None:
 def main(argv: list[str]) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
   parser.add_argument("--tiny", action="store_true", help="tiny model and sizes (CPU test)")
-  parser.add_argument("--part", choices=("matmul", "train", "sampler"), default=None)
+  parser.add_argument("--part", choices=PARTS, default=None)
   parser.add_argument("--merge", default=None, metavar="DIR", help="merge DIR/PART.json")
   parser.add_argument("--missing", action="store_true", help="print missing pip packages")
   parser.add_argument("--out", default=None, help="also write the JSON here")
+  parser.add_argument("--previous", default="docs/device_check.json",
+                      help="the last check's record, whose figures the new line carries")
   parser.add_argument("--param_dtype", default="float32", choices=("float32", "bfloat16"))
   parser.add_argument("--rows", type=int, default=16)
   parser.add_argument("--prompt_len", type=int, default=2048)
@@ -287,8 +344,8 @@ def main(argv: list[str]) -> None:
     print(json.dumps({args.part: record}), flush=True)
     return
   parts = (read_parts(args.merge) if args.merge else
-           {name: run_part(name, args) for name in ("matmul", "train", "sampler")})
-  write_and_print(merge(parts, args.tiny), args.out)
+           {name: run_part(name, args) for name in PARTS})
+  write_and_print(merge(parts, args.tiny, read_previous(args.previous)), args.out)
 
 
 if __name__ == "__main__":

@@ -460,30 +460,54 @@ def render_device_check(path: str) -> list[str]:
 
 
 def device_check_rows(r: dict[str, Any]) -> list[list[Any]]:
-  """The device check's figures, each beside its comparison; a failed part says why."""
-  matmul, train, sampler = r.get("matmul") or {}, r.get("train") or {}, r.get("sampler") or {}
+  """The device check's figures, each beside its comparison (this run's peaks, the last
+  check's figures under `previous`); a failed part says why."""
+  matmul, sampler = r.get("matmul") or {}, r.get("sampler") or {}
+  before = r.get("previous") or {}
+  was = f"; {before.get('date', '')[:10]}: " if before else None
   rows = [["bf16 matmul peak, measured", f"{fmt(matmul.get('tflops'))} TFLOP/s",
            matmul.get("error") or f"{matmul.get('n')}^3, random operands; "
-           f"{fmt(r.get('reference_peak_tflops'))} TFLOP/s measured on an H200 before"]]
-  if "error" in train:
-    rows.append(["train step", "failed", train["error"]])
-  else:
-    rows += [["train step tokens/s", fmt(train.get("tokens_per_s")),
+           f"{fmt(r.get('reference_peak_tflops'))} TFLOP/s measured on an H200 before"],
+          ["memory streaming bandwidth, measured", f"{fmt(matmul.get('stream_gbps'))} GB/s",
+           "a jitted sum over 4 GiB (the sampler's roofline below uses it)"]]
+  for name, policy in (("train", "full"), ("train_projections", "projections")):
+    train = r.get(name)
+    if train is None:
+      continue
+    label = f"train step, remat {train.get('remat', policy)}"
+    if "error" in train:
+      rows.append([label, "failed", train["error"]])
+      continue
+    same_as_before = name == "train" and before
+    rows += [[f"{label}: tokens/s", fmt(train.get("tokens_per_s")),
               f"{train.get('rows')} rows x {train.get('length')} tokens, "
-              f"{fmt(train.get('step_s'))} s a step"],
-             ["train step MFU", pct(train.get("mfu")),
+              f"{fmt(train.get('step_s'))} s a step, peak "
+              f"{fmt(train.get('peak_memory_gib'))} GiB"
+              + (f"{was}{fmt(before.get('train_tokens_per_s'))}" if same_as_before else "")],
+             [f"{label}: MFU", pct(train.get("mfu")),
               f"of {fmt(r.get('reference_peak_tflops'))} TFLOP/s; "
-              f"{pct(train.get('fraction_of_measured_matmul'))} of this run's matmul peak"]]
+              f"{pct(train.get('fraction_of_measured_matmul'))} of this run's matmul peak"
+              + (f"{was}{pct(before.get('train_mfu'))}" if same_as_before else "")]]
   if "error" in sampler:
     rows.append(["sampler", "failed", sampler["error"]])
   for batch, x in (sampler.get("batches") or {}).items():
     rows.append([f"sampler tokens/s, batch {batch}", fmt(x.get("tok_s")),
-                 f"decoding alone {fmt(x.get('decode_tok_s'))} tokens/s; "
                  f"{sampler.get('prompt_len')}-token prompts, {sampler.get('new_tokens')} "
-                 "new tokens"])
+                 f"new tokens, prefill {fmt(x.get('prefill_s'))} s"
+                 + (f"{was}{fmt((before.get('sampler_tok_s') or {}).get(batch))}"
+                    if before else "")])
+    rows.append([f"sampler decoding alone, batch {batch}", fmt(x.get("decode_tok_s")),
+                 (f"{pct(x.get('roofline_fraction'))} of its roofline "
+                  f"{fmt(x.get('roofline_tok_s'))} (a step reads "
+                  f"{fmt(x.get('step_bytes_mb'))} MB: weights {fmt(x.get('weight_mb'))}, "
+                  f"KV cache {fmt(x.get('kv_mb'))}); {pct(x.get('weight_fraction'))} of the "
+                  "weight-streaming limit" if "roofline_tok_s" in x else "no roofline")
+                 + (f"{was}{fmt((before.get('sampler_decode_tok_s') or {}).get(batch))}"
+                    if before else "")])
+  parts = [(n, (r.get(n) or {}).get("peak_memory_gib"))
+           for n in ("train", "train_projections", "sampler") if n in r]
   rows.append(["peak device memory in use", f"{fmt(r.get('peak_memory_gib'))} GiB",
-               f"train {fmt(train.get('peak_memory_gib'))}, sampler "
-               f"{fmt(sampler.get('peak_memory_gib'))} GiB"])
+               ", ".join(f"{n} {fmt(v)}" for n, v in parts) + " GiB"])
   return rows
 
 

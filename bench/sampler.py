@@ -47,7 +47,7 @@ def _time(fn, repeats: int = 1) -> float:
 
 def bench_jax(batches, prompt_len, new_tokens, dtype, bandwidth, peak_flops):
   import jax  # pylint: disable=import-outside-toplevel
-  from seed_jax.models.flops import forward_flops  # pylint: disable=import-outside-toplevel
+  from bench.common import decode_roofline, decode_step_cost  # pylint: disable=import-outside-toplevel
   from seed_jax.models.loader import load_model  # pylint: disable=import-outside-toplevel
   from seed_jax.sampling import Sampler, SamplingParams  # pylint: disable=import-outside-toplevel
   model, tokenizer = load_model("smollm2-135m-instruct", dtype=dtype)
@@ -73,31 +73,13 @@ def bench_jax(batches, prompt_len, new_tokens, dtype, bandwidth, peak_flops):
     assert all(n == new_tokens for n in out.lengths)
     step = (total - prefill) / (new_tokens - 1)
     decode_tok_s = batch / step
-    # The filled part of each real row's cache, on average over the decode steps.
-    filled = prompt_len + (new_tokens - 1) / 2
-    kv_bytes = (2 * cfg.num_layers * batch * cfg.num_kv_heads * filled * cfg.head_dim
-                * np.dtype(dtype).itemsize)
-    step_bytes = weight_bytes + kv_bytes
-    flops = forward_flops(cfg, batch, 1, unembedded=1, context=int(filled))
-    bandwidth_limit_tok_s = batch * bandwidth / step_bytes
-    compute_limit_tok_s = batch * peak_flops / flops
-    roofline_tok_s = min(bandwidth_limit_tok_s, compute_limit_tok_s)
-    weight_limit_tok_s = batch * bandwidth / weight_bytes
+    cost = decode_step_cost(cfg, weight_bytes, batch, prompt_len, new_tokens,
+                            cache_itemsize=np.dtype(dtype).itemsize)
     results[batch] = dict(
         tok_s=round(batch * new_tokens / total, 2),
         decode_tok_s=round(decode_tok_s, 2),
         prefill_s=round(prefill, 3), step_ms=round(1e3 * step, 2),
-        weight_mb=round(weight_bytes / 1e6, 1), kv_mb=round(kv_bytes / 1e6, 1),
-        step_bytes_mb=round(step_bytes / 1e6, 1),
-        achieved_gbps=round(step_bytes / step / 1e9, 2),
-        bandwidth_limit_tok_s=round(bandwidth_limit_tok_s, 1),
-        compute_limit_tok_s=round(compute_limit_tok_s, 1),
-        roofline_tok_s=round(roofline_tok_s, 1), roofline_fraction=round(
-            decode_tok_s / roofline_tok_s, 3),
-        weight_limit_tok_s=round(weight_limit_tok_s, 1),
-        weight_fraction=round(decode_tok_s / weight_limit_tok_s, 3),
-        gflops=round(flops / step / 1e9, 1),
-        frac_peak_flops=round(flops / step / peak_flops, 3))
+        **decode_roofline(batch, decode_tok_s, cost, bandwidth, peak_flops))
     outputs[batch] = (prompts, out.tokens)
   return results, outputs
 
