@@ -89,17 +89,46 @@ def test_device_check_tiny_runs_on_cpu_and_renders(tmp_path):
   assert {"date", "device", "jax", "model", "matmul", "train", "sampler",
           "peak_memory_gib", "reference_peak_tflops"} <= set(record)
   assert record["model"] == "qwen2.5-1.5b-instruct" and record["tiny"]
-  assert record["matmul"]["tflops"] > 0
-  train = record["train"]
-  assert {"tokens_per_s", "mfu", "fraction_of_measured_matmul", "step_s"} <= set(train)
-  assert train["loss_finite"]
+  assert record["matmul"]["tflops"] > 0 and record["matmul"]["stream_gbps"] > 0
+  for name, remat in (("train", "full"), ("train_projections", "projections")):
+    train = record[name]
+    assert {"tokens_per_s", "mfu", "fraction_of_measured_matmul", "step_s"} <= set(train)
+    assert train["loss_finite"] and train["remat"] == remat
   assert set(record["sampler"]["batches"]) == {"2", "4"}
-  assert all(b["tok_s"] > 0 for b in record["sampler"]["batches"].values())
+  for batch in record["sampler"]["batches"].values():
+    assert batch["tok_s"] > 0 and 0 < batch["roofline_fraction"]
+    assert batch["roofline_tok_s"] <= batch["weight_limit_tok_s"]
   # The page shows it once it sits where run_all looks.
   path = tmp_path / "device_check.json"
   path.write_text(lines[0])
   text = "\n".join(run_all.render_device_check(str(path)))
-  assert "train step tokens/s" in text and "sampler tokens/s, batch 4" in text
+  assert "train step, remat projections: MFU" in text
+  assert "sampler decoding alone, batch 4" in text and "of its roofline" in text
+
+
+def test_the_decode_roofline_is_the_lower_of_the_bandwidth_and_compute_limits():
+  from bench.common import decode_roofline
+  # 4 rows; a step reads 100 bytes (60 of weights) and does 40 FLOPs. At 1,000 B/s the
+  # bandwidth allows 10 steps/s = 40 tokens/s; at 200 FLOP/s compute allows 5 steps/s = 20.
+  cost = {"weight_bytes": 60, "kv_bytes": 40, "step_bytes": 100, "step_flops": 40}
+  r = decode_roofline(4, decode_tok_s=10.0, cost=cost, bandwidth=1000.0, peak_flops=200.0)
+  assert r["bandwidth_limit_tok_s"] == 40.0 and r["compute_limit_tok_s"] == 20.0
+  assert r["roofline_tok_s"] == 20.0 and r["roofline_fraction"] == 0.5
+  assert r["weight_limit_tok_s"] == pytest.approx(4 * 1000 / 60, abs=0.05)
+  assert r["weight_fraction"] == pytest.approx(10 / (4000 / 60), abs=1e-3)
+  # 10 tokens/s of 4 rows = 2.5 steps/s, each reading 100 bytes.
+  assert r["achieved_gbps"] == pytest.approx(250e-9, abs=0.01)
+
+
+def test_the_device_check_carries_the_last_checks_headline():
+  from bench import device_check
+  last = {"date": "2026-11-30 18:23 UTC", "tiny": False, "matmul": {"tflops": 768.0},
+          "train": {"tokens_per_s": 34587.0, "mfu": 0.3854},
+          "sampler": {"batches": {"64": {"tok_s": 8738.1, "decode_tok_s": 14359.3}}}}
+  assert device_check.headline(last) == {
+      "date": "2026-11-30 18:23 UTC", "matmul_tflops": 768.0, "train_tokens_per_s": 34587.0,
+      "train_mfu": 0.3854, "sampler_tok_s": {"64": 8738.1},
+      "sampler_decode_tok_s": {"64": 14359.3}}
 
 
 def test_the_turn_barrier_utilisation_counts_live_rows_times_the_longest():
