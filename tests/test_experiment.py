@@ -148,6 +148,16 @@ def test_the_teacher_gap_of_a_run_is_measured_with_its_config_on_its_final_weigh
                          "--config.seed=0", "--config.rl.iterations=10"]
   # The behaviour-cloning warm start, where every comparison starts, also plays the tasks.
   assert "--parts=acting,decision" in experiment.teacher_gap_command(warm, "c.py")
+  # A policy that writes its own skills also analyses its plain episodes: its own skill is
+  # then a source of the decision gap (the teacher of the `seed` arm).
+  stage1 = Job("warm_start/seed0/stage1", "/out/warm_start/seed0/stage1", (("seed", 0),), 0)
+  seed = Job("seed/seed0", "/out/seed/seed0",
+             (("analyzer.backend", "policy"), ("seed", 0)), 10)
+  oracle = Job("seed_oracle/seed0", "/out/seed_oracle/seed0",
+               (("analyzer.backend", "oracle"), ("seed", 0)), 10)
+  for job, parts in ((stage1, "decision,tokens"), (seed, "decision,tokens"),
+                     (oracle, "decision")):
+    assert f"--parts={parts}" in experiment.teacher_gap_command(job, "c.py")
 
 
 # ------------------------------------------------------------------ running, with a fake run
@@ -552,15 +562,17 @@ def test_the_results_page_shows_the_teacher_gap_of_each_arm(tmp_path):
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def teacher_gap_record(plain, oracle, wrong, empty=None, acting=None):
-  """A teacher_gap.json: p(expert) per skill source; `acting`: success per source."""
+def teacher_gap_record(plain, oracle, wrong, empty=None, acting=None, own=None):
+  """A teacher_gap.json: p(expert) per skill source (`own`: the policy's own skill);
+  `acting`: success per source."""
   record = {"content_score": oracle - wrong}
   for source, p in (("plain", plain), ("oracle", oracle), ("wrong", wrong),
-                    ("empty", empty)):
-    record[source] = {"p_expert": p, "success": (acting or {}).get(source)}
+                    ("empty", empty), ("policy", own)):
+    record[source] = {"p_expert": p, "success": (acting or {}).get(source),
+                      "skills": 0 if source == "plain" or p is None else 16}
     if source != "plain":
       record[source]["decision_gap"] = None if p is None else p - plain
-      if acting:
+      if acting and source in acting:
         record[source]["acting_gap"] = acting[source] - acting["plain"]
   return record
 
@@ -582,8 +594,33 @@ def test_the_page_shows_the_teacher_gap_before_and_after_rl(tmp_path):
   assert "| 0 | 0.500 | 1.000 | 0.500 | 0.125 | 0.500 | 0.750 |" in page
   # Per arm, warm start then after RL: plain p (0.375 -> 0.525), oracle p, decision gap
   # (0.625 -> 0.475), content score.
+  # A policy that writes no skills has no own-skill figures.
   assert ("| grpo | 0.375 ± 0.177 | 0.525 ± 0.106 | 1.000 ± 0.000 | 1.000 ± 0.000 | "
-          "0.625 ± 0.177 | 0.475 ± 0.106 | 0.750 ± 0.000 | 0.750 ± 0.000 |") in page
+          "0.625 ± 0.177 | 0.475 ± 0.106 | 0.750 ± 0.000 | 0.750 ± 0.000 | - | - | - | - |"
+          ) in page
+
+
+def test_the_page_shows_the_teacher_reading_the_policys_own_skill(tmp_path):
+  out = str(tmp_path)
+  stage1 = f"{out}/warm_start/seed0/stage1"
+  write_run(stage1, [], {0: 0.25})
+  with open(f"{stage1}/{TEACHER_GAP_FILE}", "w") as f:
+    json.dump(teacher_gap_record(0.5, 1.0, 0.25, own=0.375), f)
+  write_run(f"{out}/seed/seed0", [0.5], final=0.5)
+  with open(f"{out}/seed/seed0/{TEACHER_GAP_FILE}", "w") as f:
+    json.dump(teacher_gap_record(0.625, 1.0, 0.25, own=0.75), f)
+  # A policy that wrote no skill (behaviour cloning) gets the plain figures as its "own
+  # skill" from the tool: they measure nothing and are not shown.
+  write_run(f"{out}/grpo/seed0", [0.5], final=0.5)
+  with open(f"{out}/grpo/seed0/{TEACHER_GAP_FILE}", "w") as f:
+    record = teacher_gap_record(0.625, 1.0, 0.25, own=0.625)
+    json.dump({**record, "policy": {**record["policy"], "skills": 0}}, f)
+  page = open(aggregate.write_results(out, ["seed", "grpo"], [0],
+                                     warm_starts={"seed": STAGE1, "grpo": STAGE1})).read()
+  # Own skill p(expert) 0.375 -> 0.750; its decision gap -0.125 (it misleads) -> +0.125.
+  assert ("| 0.750 ± 0.000 | 0.750 ± 0.000 | 0.375 ± 0.000 | 0.750 ± 0.000 | "
+          "-0.125 ± 0.000 | 0.125 ± 0.000 |") in page
+  assert "| 0.750 ± 0.000 | 0.750 ± 0.000 | 0.375 ± 0.000 | - | -0.125 ± 0.000 | - |" in page
 
 
 def test_a_page_without_teacher_gap_records_has_no_such_section(tmp_path):

@@ -486,18 +486,29 @@ def gap_lines(results: dict[str, list[RunResults]]) -> list[str]:
 
 
 def _gap_figure(gap: dict[str, Any] | None, source: str, key: str) -> float | None:
-  """`gap[source][key]` (`source` "" for a top-level figure) of a teacher_gap.json."""
+  """`gap[source][key]` (`source` "" for a top-level figure) of a teacher_gap.json; None
+  for a skill source that gave no task a skill (a policy that cannot write one: its
+  "teacher" is the plain prompt and measures nothing)."""
   if gap is None:
     return None
-  return gap.get(key) if not source else (gap.get(source) or {}).get(key)
+  if not source:
+    return gap.get(key)
+  figures = gap.get(source) or {}
+  if source != "plain" and figures.get("skills") == 0:
+    return None
+  return figures.get(key)
 
 
 # (column, skill source, key) of the decision table: the plain student, the teacher reading
-# the oracle's plan, and what the plan's content adds (oracle minus another task's plan).
+# the oracle's plan, and what the plan's content adds (oracle minus another task's plan);
+# for a policy that writes skills (stage 1, the `seed` arm), the teacher reading its own
+# analysis of its plain episode: the teacher that arm's OPD term reads.
 DECISION_COLUMNS = (("plain p(expert)", "plain", "p_expert"),
                     ("oracle p(expert)", "oracle", "p_expert"),
                     ("decision gap", "oracle", "decision_gap"),
-                    ("content score", "", "content_score"))
+                    ("content score", "", "content_score"),
+                    ("own skill p(expert)", "policy", "p_expert"),
+                    ("own skill decision gap", "policy", "decision_gap"))
 # (column, skill source, key) of the warm start's acting table.
 ACTING_COLUMNS = (("plain success", "plain", "success"),
                   ("oracle success", "oracle", "success"),
@@ -521,7 +532,9 @@ def teacher_gap_lines(results: dict[str, list[RunResults]],
            "over the expert episodes' decisions; decision gap: oracle minus plain; content "
            "score: oracle minus wrong plan (what the plan's content, not its presence, "
            "adds). Each arm is measured at its warm start (behaviour cloning, or stage 1 on "
-           "top for arms with it) and at its final weights."]
+           "top for arms with it) and at its final weights. Own skill: the policy's "
+           "analysis of its own plain episode of the task as the skill (measured where the "
+           "policy writes skills: stage 1 and the seed arm)."]
   if any(warm_gaps.values()):
     lines += ["", "The behaviour-cloning warm start, playing each held-out task once per "
               "skill source:", "",

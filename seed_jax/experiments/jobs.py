@@ -147,11 +147,20 @@ TEACHER_GAP_FILE = "teacher_gap.json"  # a run's teacher gap at its final weight
 
 
 def teacher_gap_parts(job: Job) -> tuple[str, ...]:
-  """What `--teacher_gap` measures of a finished job (`seed_jax.teacher_gap --parts`): the
-  behaviour-cloning warm start, where the comparison starts, also acts (the acting gap and
-  the content score, minutes); every other run gets the expert decisions' probabilities
-  (plain, oracle, wrong and empty skill: the decision gap)."""
-  return ("acting", "decision") if job.name.endswith(f"/{BC}") else ("decision",)
+  """What `--teacher_gap` measures of a finished job (`seed_jax.teacher_gap --parts`).
+
+  Every run gets the expert decisions' probabilities (plain, oracle, wrong and empty
+  skill: the decision gap). The behaviour-cloning warm start, where the comparison starts,
+  also acts (the acting gap and the content score, minutes). A policy that writes its own
+  skills (stage 1's warm start, an arm whose analyzer is the policy) also plays the tasks
+  from the plain prompt and analyses those episodes (`tokens`): its own skills are then a
+  source of the decision gap, the teacher that arm's OPD term actually reads.
+  """
+  if job.name.endswith(f"/{BC}"):
+    return ("acting", "decision")
+  if job.name.endswith(f"/{STAGE1}") or ("analyzer.backend", "policy") in job.overrides:
+    return ("decision", "tokens")
+  return ("decision",)
 
 
 def needs_teacher_gap(job: Job) -> bool:
