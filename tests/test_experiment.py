@@ -555,7 +555,7 @@ def test_the_results_page_shows_the_teacher_gap_of_each_arm(tmp_path):
   # opinion; won / failed not recorded.
   assert ("| seed | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | "
           "0.500 ± 0.354 | -0.100 ± 0.071 | 0.500 ± 0.000 | 0.030 ± 0.014 | 0.060 ± 0.000 | "
-          "-0.300 ± 0.141 | 0.250 ± 0.000 | - | - | - |") in page
+          "-0.300 ± 0.141 | 0.250 ± 0.000 | - | - | - | - | - |") in page
   assert "| grpo | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | - |" in page
   assert "![teacher_gap.png](teacher_gap.png)" in page
   with open(os.path.join(out, "teacher_gap.png"), "rb") as f:

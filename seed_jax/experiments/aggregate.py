@@ -311,6 +311,10 @@ GAP_COLUMNS = (("teacher gap, action block", "gap_action_delta_mean"),
                ("teacher gap, decision", "gap_decision_delta_mean"),
                ("decision tokens with gate > 0.6", "gap_decision_gate_above_0.6"),
                ("decision tokens with gate < 0.4", "gap_decision_gate_below_0.4"),
+               # A teacher that knows the outcome raises won moves and lowers failed ones.
+               ("teacher gap, decisions of won episodes", "gap_decision_won_delta_mean"),
+               ("teacher gap, decisions of failed episodes",
+                "gap_decision_failed_delta_mean"),
                ("teacher gap, won", "gap_won_delta_mean"),
                ("teacher gap, failed", "gap_failed_delta_mean"))
 

@@ -27,7 +27,8 @@ from seed_jax.seed.batch import Trajectory
 GATE_HIGH, GATE_LOW = 0.6, 0.4  # a gate this far from 0.5 is a clear teacher opinion
 QUANTILES = (10, 50, 90)
 # The splits of `token_gap_stats`: metric-key prefix -> which OPD-active tokens.
-SPLITS = ("all", "action", "rest", "decision", "won", "failed")
+SPLITS = ("all", "action", "rest", "decision", "won", "failed", "decision_won",
+          "decision_failed")
 SpanOf = Callable[[str], "tuple[int, int] | None"]  # decoded response -> character span
 
 
@@ -150,7 +151,9 @@ def token_gap_stats(trajectories: Sequence[Trajectory], batch: dict[str, np.ndar
     `gap_summary` of the tokens of each split, under the prefixes `gap_all_`,
     `gap_action_` (the action block), `gap_rest_` (the rest of the response),
     `gap_decision_` (where the response first names its action; with `decision_mask`),
-    `gap_won_` and `gap_failed_` (the tokens of won / failed trajectories).
+    `gap_won_` and `gap_failed_` (the tokens of won / failed trajectories), and
+    `gap_decision_won_` / `gap_decision_failed_` (the decisions of each: a teacher that
+    knows the outcome raises the won episodes' moves and lowers the failed ones').
   """
   active, delta, action = _active_and_delta(batch, teacher_logprobs, action_mask)
   won = _won_rows(trajectories, active.shape[0])[:, None]
@@ -158,7 +161,9 @@ def token_gap_stats(trajectories: Sequence[Trajectory], batch: dict[str, np.ndar
   splits = {"all": active, "action": active & action, "rest": active & ~action,
             "won": active & won, "failed": active & ~won}
   if decision_mask is not None:
-    splits["decision"] = active & _padded_rows(decision_mask, active.shape)
+    decision = active & _padded_rows(decision_mask, active.shape)
+    splits.update(decision=decision, decision_won=decision & won,
+                  decision_failed=decision & ~won)
   out: dict[str, float] = {}
   for name in SPLITS:
     if name in splits:

@@ -241,6 +241,10 @@ def test_the_decision_split_holds_the_marked_opd_tokens():
   assert got["gap_decision_tokens"] == 2
   assert math.isclose(got["gap_decision_delta_mean"], -0.6, abs_tol=1e-6)
   assert got["gap_decision_gate_below_0.4"] == 1.0
+  # Trajectory 0 won (its decision -0.2), trajectory 1 failed (-1.0).
+  assert got["gap_decision_won_tokens"] == got["gap_decision_failed_tokens"] == 1
+  assert math.isclose(got["gap_decision_won_delta_mean"], -0.2, abs_tol=1e-6)
+  assert math.isclose(got["gap_decision_failed_delta_mean"], -1.0, abs_tol=1e-6)
   without = token_gap.token_gap_stats(trajs, batch, teacher, BETA, action)
   assert not any(key.startswith("gap_decision_") for key in without)
   assert without == {k: v for k, v in got.items() if not k.startswith("gap_decision_")}
