@@ -47,6 +47,14 @@ _KNOBS = ("temperature", "top_p", "max_new", "eos_ids", "banned_ids", "stop_tabl
 _REPLICATED_INPUTS = frozenset(_KNOBS)  # the same for every row
 
 
+def _padded_ids(ids: tuple[int, ...], width: int, what: str) -> np.ndarray:
+  """int32 `[width]`: `ids`, then -1 (no token's id: never matches). A fixed width keeps
+  one compiled program for every set of ids."""
+  if len(ids) > width:
+    raise ValueError(f"at most {width} {what}, got {len(ids)}")
+  return np.asarray(tuple(ids) + (-1,) * (width - len(ids)), np.int32)
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
   """How to sample. temperature 0 is greedy; top_k 0 and top_p 1.0 disable filtering.
@@ -178,16 +186,13 @@ class Sampler:
     ids = () if sampling.ignore_eos else tuple(
         getattr(self.tokenizer, "eos_ids", None) or self.cfg.eos_token_ids)
     ids = tuple(dict.fromkeys(ids + tuple(sampling.stop_token_ids)))
-    if len(ids) > _MAX_EOS_IDS:
-      raise ValueError(f"at most {_MAX_EOS_IDS} eos/stop token ids, got {len(ids)}")
-    return np.asarray(ids + (-1,) * (_MAX_EOS_IDS - len(ids)), np.int32)
+    return _padded_ids(ids, _MAX_EOS_IDS, "eos/stop token ids")
 
   def _banned_ids(self) -> np.ndarray:
     """The ids no response may hold, padded with -1: a vision-language model's vision
     tokens (`ModelConfig.vision_token_ids`). Sampled, an image placeholder would make the
     next read of the row expect one more image patch than its image has."""
-    ids = self.cfg.vision_token_ids
-    return np.asarray(ids + (-1,) * (_MAX_BANNED_IDS - len(ids)), np.int32)
+    return _padded_ids(self.cfg.vision_token_ids, _MAX_BANNED_IDS, "vision token ids")
 
   def _stop_table(self, stop_strings: tuple[str, ...]) -> tuple[np.ndarray, int]:
     if stop_strings and self.tokenizer is None:
