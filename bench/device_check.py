@@ -61,6 +61,7 @@ TINY_SHAPE = dict(num_layers=2, hidden_size=64, intermediate_size=128, num_heads
                   eos_token_id=1, pad_token_id=0)
 GiB = 1 << 30
 PARTS = ("matmul", "train", "train_projections", "sampler")
+TRAIN_PARTS = tuple(p for p in PARTS if p.startswith("train"))  # "train_<remat policy>"
 
 
 def missing_packages() -> list[str]:
@@ -159,7 +160,8 @@ def part_train(tiny: bool, param_dtype: str, remat: str, rows: int, prompt_len: 
   length = prompt_len + response_len
   model_flops, hardware_flops = training_flops(cfg, rows, length, unembedded=response_len)
   return {"rows": rows, "prompt_len": prompt_len, "response_len": response_len,
-          "length": length, "param_dtype": param_dtype, "remat": remat, "compile_s": round(compile_s, 1),
+          "length": length, "param_dtype": param_dtype, "remat": remat,
+          "compile_s": round(compile_s, 1),
           "step_s": round(seconds, 4), "tokens_per_s": round(rows * length / seconds, 1),
           "model_tflops_per_s": model_flops / seconds / 1e12,
           "hardware_tflops_per_s": hardware_flops / seconds / 1e12,
@@ -178,6 +180,8 @@ def part_sampler(tiny: bool, param_dtype: str, batches: list[int], prompt_len: i
   cfg = model_config(tiny, param_dtype)
   sampler = Sampler.from_model(random_model(cfg), max_cache_len=prompt_len + new_tokens)
   weight_bytes = sum(x.nbytes for x in jax.tree.leaves(sampler.params))
+  # The KV cache is in the sampler's cache dtype, by default the compute dtype.
+  cache_itemsize = jax.numpy.dtype(sampler.cache_dtype or cfg.dtype).itemsize
   full = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
   first = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
   rng = np.random.default_rng(0)
@@ -196,7 +200,7 @@ def part_sampler(tiny: bool, param_dtype: str, batches: list[int], prompt_len: i
         "call_s": round(total, 4), "prefill_s": round(prefill, 4),
         "compile_s": round(compile_s, 1),
         "cost": decode_step_cost(cfg, weight_bytes, batch, prompt_len, new_tokens,
-                                 cache_itemsize=2)}  # the cache is in the bf16 compute dtype
+                                 cache_itemsize=cache_itemsize)}
   return {"prompt_len": prompt_len, "new_tokens": new_tokens, "param_dtype": param_dtype,
           "batches": results, "peak_memory_gib": peak_memory_gib()}
 
@@ -244,7 +248,7 @@ def merge(parts: dict[str, dict[str, Any]], tiny: bool,
             "jax": jax.__version__, "reference_peak_tflops": REFERENCE_PEAK_TFLOPS}
   matmul = parts.get("matmul") or {"error": "did not run"}
   record["matmul"] = matmul
-  for name in ("train", "train_projections"):
+  for name in TRAIN_PARTS:
     train = dict(parts.get(name) or {"error": "did not run"})
     if "error" not in train:
       train["mfu"] = round(train["model_tflops_per_s"] / REFERENCE_PEAK_TFLOPS, 4)
@@ -266,7 +270,7 @@ def merge(parts: dict[str, dict[str, Any]], tiny: bool,
       batches[batch] = x
     sampler["batches"] = batches
   record["sampler"] = sampler
-  peaks = [record[p].get("peak_memory_gib") for p in ("train", "train_projections", "sampler")]
+  peaks = [record[p].get("peak_memory_gib") for p in TRAIN_PARTS + ("sampler",)]
   record["peak_memory_gib"] = max((p for p in peaks if p is not None), default=None)
   if previous:
     record["previous"] = headline(previous)
