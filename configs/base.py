@@ -84,6 +84,10 @@ def get_base_config() -> ml_collections.ConfigDict:
       # The policy analyzer's answer starts with this text (stage 1 teaches after it):
       # '{"episode_summary": "' holds a small model to the JSON format. "" (the paper).
       answer_prefix="",
+      # Group hindsight (not the paper's; the `seed_group` arm): a failed trajectory whose
+      # GRPO group holds a won one reads the won sibling's skill instead of its own, so the
+      # teacher of a failure knows a solution the group found (seed_jax/seed/analyzer.py).
+      group_hindsight=False,
       openai=ml_collections.ConfigDict(dict(
           base_url="", model="", api_key_env="OPENAI_API_KEY", timeout_s=60.0,
           max_http_retries=3)),

@@ -8,6 +8,7 @@ from a warm start computed once for that seed (seed_jax/experiments/jobs.py):
 |------------------|----------------|-------------------------|-----------------------------|
 | `seed`           | seed           | analyzer.backend=policy | stage 1                     |
 | `seed_oracle`    | seed           | analyzer.backend=oracle | stage 1                     |
+| `seed_group`     | seed           | analyzer.backend=policy, analyzer.group_hindsight | stage 1 |
 | `grpo`           | grpo           | -                       | behaviour cloning           |
 | `no_sft`         | no_sft         | -                       | behaviour cloning           |
 | `no_opd`         | no_opd         | -                       | stage 1                     |
@@ -16,7 +17,9 @@ from a warm start computed once for that seed (seed_jax/experiments/jobs.py):
 
 `seed` is the paper's self-evolving setting: after stage 1 the policy analyses its own
 trajectories into skills. `seed_oracle` takes its skills from the oracle analyzer at RL time
-(the env expert's plan written as a skill): an upper bound on skill quality.
+(the env expert's plan written as a skill): an upper bound on skill quality. `seed_group`
+is `seed` with group hindsight (not the paper's): a failed trajectory's teacher reads the
+skill the policy wrote for a won sibling of its group (seed_jax/seed/analyzer.py).
 
 Warm starts: `bc` is behaviour cloning (`bc.*`), the same for every arm; `stage1` is stage 1
 (`sft.*`: rollouts of the BC policy, oracle annotations, skill SFT) on top of it, for the
@@ -71,6 +74,10 @@ VARIANTS = {
     "seed_oracle": Arm("seed_oracle", "seed", (("analyzer.backend", "oracle"),),
                        "SEED with the oracle analyzer at RL time (the expert's plan as the "
                        "skill): an upper bound on skill quality"),
+    "seed_group": Arm("seed_group", "seed", (("analyzer.backend", "policy"),
+                                             ("analyzer.group_hindsight", True)),
+                      "SEED with group hindsight: a failed trajectory's teacher reads the "
+                      "policy's skill of a won sibling in its group"),
 }
 
 ARM_NAMES = tuple(VARIANTS) + tuple(a for a in ALGORITHMS if a not in VARIANTS)

@@ -8,7 +8,9 @@ source:
 
 * `oracle`: the env expert's plan for that task, written as the oracle analyzer writes it;
 * `policy`: what the policy analyzer (the policy itself) writes about its own plain
-  episode of the task (a task whose analysis does not parse acts plain; counted);
+  episode of the task (a task whose analysis does not parse acts plain; counted); under
+  `analyzer.group_hindsight`, where that episode failed and one of `rl.group_size - 1`
+  more plain episodes of the task won, what it writes about the won one;
 * `wrong`: another task's oracle skill (a control: content the teacher must not use);
 * `empty`: the skill block with no skill (a control: the block's own effect).
 
@@ -152,16 +154,22 @@ def token_deltas(trainer, trajs, skills_by_source: dict[str, dict[str, str | Non
 
 def policy_skills(trainer, trajs, seed: int) -> tuple[dict[str, str | None], float]:
   """The policy analyzer's skill for each task from its plain episode (the first episode
-  of a task that parses), and the share of episodes whose analysis parsed."""
+  of a task that parses), and the share of episodes whose analysis parsed. Under the run's
+  `analyzer.group_hindsight` the episodes of one task form its group: a failed episode
+  reads the skill of a won episode of the same task (`analyzer.group_hindsight_sources`)."""
   cfg = dataclasses.replace(trainer.spec.analyzer, backend="policy")
   reports, _ = analyzer_lib.make_analyzer(
       cfg, trainer.policy_generate, tokenizer=trainer.tokenizer,
       max_prompt_tokens=trainer.spec.analyzer_max_prompt_tokens).analyze(trajs, seed=seed)
+  own = [r.skill for r in reports]
+  sources = (analyzer_lib.group_hindsight_sources(
+      [t.task_id for t in trajs], [t.won for t in trajs], [len(t.steps) for t in trajs],
+      [s is not None for s in own]) if cfg.group_hindsight else range(len(trajs)))
   skills: dict[str, str | None] = {}
-  for traj, report in zip(trajs, reports):
+  for traj, k in zip(trajs, sources):
     if skills.get(traj.task_id) is None:
-      skills[traj.task_id] = report.skill
-  return skills, sum(r.skill is not None for r in reports) / max(len(reports), 1)
+      skills[traj.task_id] = own[k]
+  return skills, sum(s is not None for s in own) / max(len(own), 1)
 
 
 PARTS = ("acting", "decision", "tokens")
@@ -244,8 +252,16 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
   if "acting" in parts or "tokens" in parts:
     log("[teacher_gap] acting plain")
     plain_trajs, acting["plain"] = act(None)
+    analysed = plain_trajs
+    if spec.analyzer.group_hindsight and spec.rl.group_size > 1:
+      # The rest of each task's group, sampled apart from the plain episode (which alone
+      # is the plain acting figure and the token gap's episode).
+      analysed = plain_trajs + play_episodes(
+          trainer.sampler, trainer.encoder, trainer.pool(), fmt, tasks, spec.rl.group_size - 1,
+          spec.eval.rollout, seed=seed + 1, group_prefix=f"gap-{split}-siblings:",
+          desc=None)[0]
     lap("acting")
-    skills["policy"], parse_rate = policy_skills(trainer, plain_trajs, seed)
+    skills["policy"], parse_rate = policy_skills(trainer, analysed, seed)
     lap("analysis")
   sources = [s for s in SOURCES if skills.get(s) is not None or s == "plain"]
   if "acting" in parts:
@@ -275,7 +291,8 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
   for source in SKILL_SOURCES:
     result[source] = _source_entry(source, acting, p_expert, skills.get(source), token_gap,
                                    beta, result["plain"])
-  result["policy"]["parse_rate"] = parse_rate
+  result["policy"].update(parse_rate=parse_rate,
+                          group_hindsight=bool(spec.analyzer.group_hindsight))
   oracle, wrong = result["oracle"]["p_expert"], result["wrong"]["p_expert"]
   result["content_score"] = None if oracle is None or wrong is None else oracle - wrong
   result.update(split=split, tasks=len(tasks), decision_points=len(points),

@@ -2,7 +2,8 @@
 
 Each line is one trajectory of the iteration: which task and group it came from, how it
 ended, what the analyzer read (whether its transcript was truncated) and wrote (the raw
-answer), the skill parsed from it or why there is none, and the OPD gate statistics of
+answer), the skill parsed from it or why there is none (and, under group hindsight, which
+sibling's skill its teacher read instead: `skill_from`), and the OPD gate statistics of
 its action tokens (`seed_jax.seed.batch.trajectory_gate_stats`). The public SEED code saves
 the same (`save_analysis`), so a user can read the skills next to the episodes they came
 from.
@@ -46,6 +47,7 @@ def analysis_record(iteration: int, traj: Trajectory, report: AnalysisReport | N
       "analyzer_output": report.raw if report is not None else None,
       "attempts": report.attempts if report is not None else 0,
       "summary": summary, "skill": skill, "skill_error": error,
+      "skill_from": traj.skill_from,
       "truncated": report.prompt.truncated if report is not None else False,
       "omitted_steps": report.prompt.omitted_steps if report is not None else 0,
       "gate": gate,

@@ -27,7 +27,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from seed_jax.checks import non_negative, non_negative_int, one_of, positive, positive_int, require
 from seed_jax.models.tokenizer import Tokenizer
@@ -66,6 +66,13 @@ class AnalyzerConfig:
       follow the prompt; the decoded text is appended to it), and stage 1 teaches after
       it: e.g. `{"episode_summary": "` holds a small model to the JSON format. "" (the
       paper's): the model writes the whole answer.
+    group_hindsight: (not the paper's) after analysis, a failed trajectory whose GRPO
+      group holds a won trajectory with a skill takes that sibling's skill
+      (`group_hindsight_sources`). A small policy that missed a solution while acting does
+      not find it looking back at its own failure, so its own skill of a failure is no
+      better informed than its acting; the group's won sibling found one, from the same
+      start. The skill is still the policy's own writing and uses no privileged
+      information. Where no sibling won, a failure keeps its own skill.
   """
   backend: str = "policy"
   max_retries: int = 2
@@ -82,6 +89,7 @@ class AnalyzerConfig:
   concurrency: int = 8
   decode_batch: int = 0
   answer_prefix: str = ""
+  group_hindsight: bool = False
 
   def __post_init__(self):
     require(self, "backend", one_of(BACKENDS), f"one of {BACKENDS}")
@@ -262,6 +270,37 @@ def openai_backend(cfg: AnalyzerConfig) -> Backend:
   return complete
 
 
+def group_hindsight_sources(group_ids: Sequence, won: Sequence[bool],
+                            num_steps: Sequence[int], has_skill: Sequence[bool]) -> list[int]:
+  """Whose skill each trajectory's teacher reads under group hindsight: an index into the
+  same lists per trajectory. A failed trajectory whose group holds a won trajectory with a
+  skill reads that sibling's (the won one with the fewest steps, its most direct solution;
+  the first on ties); every other trajectory reads its own (its own index)."""
+  best: dict[Any, int] = {}
+  for i, (group, ok, skilled) in enumerate(zip(group_ids, won, has_skill)):
+    if ok and skilled and (group not in best or num_steps[i] < num_steps[best[group]]):
+      best[group] = i
+  return [i if ok else best.get(group, i)
+          for i, (group, ok) in enumerate(zip(group_ids, won))]
+
+
+def assign_skills(trajs: Sequence[Trajectory], reports: Sequence[AnalysisReport],
+                  group_hindsight: bool = False) -> int:
+  """Sets each trajectory's `skill` from its own report or, with `group_hindsight`, from
+  the report of the sibling `group_hindsight_sources` names (then `skill_from` is that
+  sibling's traj_id, else None). Returns how many trajectories read a sibling's skill."""
+  if len(reports) != len(trajs):
+    raise ValueError(f"{len(reports)} reports for {len(trajs)} trajectories")
+  sources = (group_hindsight_sources([t.group_id for t in trajs], [t.won for t in trajs],
+                                     [len(t.steps) for t in trajs],
+                                     [r.skill is not None for r in reports])
+             if group_hindsight else range(len(trajs)))
+  for i, (traj, k) in enumerate(zip(trajs, sources)):
+    traj.skill = reports[k].skill
+    traj.skill_from = trajs[k].traj_id if k != i else None
+  return sum(k != i for i, k in enumerate(sources))
+
+
 # -- the analyzer ----------------------------------------------------------------------
 
 class Analyzer:
@@ -311,8 +350,7 @@ class Analyzer:
   def annotate(self, trajs: Sequence[Trajectory], *, seed: int = 0) -> dict:
     """Sets `traj.skill` (None for no valid skill) and returns the counts."""
     reports, stats = self.analyze(trajs, seed=seed)
-    for traj, report in zip(trajs, reports):
-      traj.skill = report.skill
+    assign_skills(trajs, reports)
     return stats
 
 

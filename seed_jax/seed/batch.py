@@ -58,6 +58,8 @@ class Trajectory:
     traj_id: unique per trajectory. won: success. episode_reward: e.g. 10 x won.
     task: the task text (for the analyzer). skill: the analyzer's skill, if valid.
     info: privileged env information for the oracle analyzer (expert plan, goal, ...).
+    skill_from: the traj_id of the sibling whose analysis gave `skill` (group hindsight),
+      None when the skill is the trajectory's own or there is none.
   """
   task_id: str
   group_id: str
@@ -68,6 +70,7 @@ class Trajectory:
   task: str = ""
   skill: str | None = None
   info: dict[str, Any] = dataclasses.field(default_factory=dict)
+  skill_from: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -358,7 +358,8 @@ def _analyzer(config, backend_key: str) -> AnalyzerConfig:
       "timeout_s": "analyzer.openai.timeout_s",
       "http_retries": "analyzer.openai.max_http_retries",
       "temperature": "analyzer.temperature", "max_tokens": "analyzer.max_new_tokens",
-      "decode_batch": "analyzer.decode_batch", "answer_prefix": "analyzer.answer_prefix"})
+      "decode_batch": "analyzer.decode_batch", "answer_prefix": "analyzer.answer_prefix",
+      "group_hindsight": "analyzer.group_hindsight"})
 
 
 def _rollout(config, *, max_turns: int, temperature_key: str, top_p_key: str | None

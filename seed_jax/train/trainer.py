@@ -467,13 +467,17 @@ class Trainer:
     if self.algorithm.skill_source == "policy":
       reports, astats = self._analyzer(self.spec.analyzer, trajs).analyze(
           trajs, seed=self.spec.seed * 100_003 + self.host["iteration"])
-      for traj, report in zip(trajs, reports):
-        traj.skill = report.skill
+      shared = analyzer_lib.assign_skills(trajs, reports, self.spec.analyzer.group_hindsight)
       stats = {f"analyzer_{k}": v for k, v in astats.items()}
+      if self.spec.analyzer.group_hindsight:
+        stats["skill_from_sibling"] = shared / max(len(trajs), 1)
     else:
       for traj in trajs:
         traj.skill = self.library.get(traj.info.get("task_type", ""))
-    skills = [t.skill for t in trajs if t.skill]
+    # The parse rate counts each trajectory's own analysis (a sibling's skill shared under
+    # group hindsight is not a parse).
+    skills = ([r.skill for r in reports if r.skill] if reports is not None
+              else [t.skill for t in trajs if t.skill])
     stats.update(skill_parse_rate=len(skills) / max(len(trajs), 1),
                  mean_skill_words=float(np.mean([len(s.split()) for s in skills]))
                  if skills else 0.0)

@@ -238,6 +238,47 @@ def test_openai_backend_unreachable_is_bounded(monkeypatch):
   assert stats["invalid"] == 1
 
 
+# -- group hindsight ---------------------------------------------------------------------
+
+def test_group_hindsight_gives_a_failure_the_skill_of_its_groups_shortest_win():
+  # group a: fail, win in 5, win in 3 (the shorter), fail -> both failures read index 2
+  # group b: only failures -> each its own; group c: its win wrote no skill -> its own
+  groups = ["a", "a", "a", "a", "b", "b", "c", "c"]
+  won = [False, True, True, False, False, False, True, False]
+  steps = [6, 5, 3, 6, 6, 6, 2, 6]
+  skilled = [True, True, True, False, True, True, False, True]
+  assert an.group_hindsight_sources(groups, won, steps, skilled) == [2, 1, 2, 2, 4, 5, 6, 7]
+  # ties between wins go to the first; a win always keeps its own skill
+  assert an.group_hindsight_sources(["g"] * 3, [True, True, False], [3, 3, 6],
+                                    [True, True, True]) == [0, 1, 0]
+
+
+def _report(skill):
+  prompt = build_analyzer_prompt(_traj(), None, None)
+  analysis = an.Analysis("summary", skill) if skill else None
+  return an.AnalysisReport(prompt, "raw", analysis, "" if skill else "no JSON object", 1)
+
+
+def test_assign_skills_sets_own_skills_or_under_group_hindsight_a_won_siblings():
+  def group():
+    trajs = [_traj(won=False), _traj(won=True), _traj(won=False)]
+    for i, traj in enumerate(trajs):
+      traj.traj_id = f"g:{i}"
+    return trajs
+  reports = [_report("wander less and look around first"),
+             _report("go to the fridge then cool the apple"), _report(None)]
+  own = group()
+  assert an.assign_skills(own, reports) == 0
+  assert [t.skill for t in own] == [r.skill for r in reports]
+  assert [t.skill_from for t in own] == [None, None, None]
+  shared = group()
+  assert an.assign_skills(shared, reports, group_hindsight=True) == 2
+  assert [t.skill for t in shared] == [reports[1].skill] * 3
+  assert [t.skill_from for t in shared] == ["g:1", None, "g:1"]
+  with pytest.raises(ValueError, match="2 reports for 3 trajectories"):
+    an.assign_skills(shared, reports[:2])
+
+
 # -- analysis files ----------------------------------------------------------------------
 
 def test_each_iteration_writes_one_line_per_trajectory_with_its_skill_or_why_not(
@@ -260,7 +301,8 @@ def test_each_iteration_writes_one_line_per_trajectory_with_its_skill_or_why_not
       "won": True, "reward": 10.0, "num_steps": 2, "invalid_steps": 1,
       "analyzer_output": json.dumps(GOOD), "attempts": 1,
       "summary": GOOD["episode_summary"], "skill": GOOD["episode_skill"], "skill_error": None,
-      "truncated": False, "omitted_steps": 0, "gate": {"gate_mean": 0.6, "delta_mean": 0.1}}
+      "skill_from": None, "truncated": False, "omitted_steps": 0,
+      "gate": {"gate_mean": 0.6, "delta_mean": 0.1}}
   assert bad["skill"] is None and bad["skill_error"] == "no JSON object"
   assert bad["analyzer_output"] == "still no" and bad["attempts"] == 2 and bad["gate"] is None
   assert not list((tmp_path / "analysis").glob("*.tmp"))

@@ -102,3 +102,30 @@ def test_zero_advantage_groups_run_no_update_when_every_group_scores_alike(
            if r["phase"] == "train"]
   assert calls == [] and train[0]["update_empty"] >= 1 and "loss" not in train[0]
   assert train[0]["batch_zero_advantage_rows"] == train[0]["batch_rows"] > 0
+
+
+def test_group_hindsight_gives_the_failures_of_a_group_with_a_win_the_winners_skill(
+    tiny_model, tmp_path, monkeypatch):
+  original = trainer_lib.play_episodes
+
+  def one_win(*args, **kwargs):  # a tiny random model never wins: the first episode does
+    trajs, stats = original(*args, **kwargs)
+    trajs[0].won = True
+    return trajs, stats
+  monkeypatch.setattr(trainer_lib, "play_episodes", one_win)
+  spec = tiny_spec(tiny_model, "no_sft", **{"analyzer.backend": "oracle",
+                                            "analyzer.group_hindsight": True,
+                                            "eval.at_end": False})
+  Trainer(spec, str(tmp_path / "run")).run()
+  lines = [json.loads(line) for line in open(tmp_path / "run" / "analysis" / "iter_1.jsonl")]
+  winner = lines[0]
+  siblings = [r for r in lines[1:] if r["group_id"] == winner["group_id"]]
+  others = [r for r in lines[1:] if r["group_id"] != winner["group_id"]]
+  assert siblings and others
+  assert winner["skill_from"] is None
+  assert all(r["skill_from"] == winner["traj_id"] for r in siblings)
+  assert all(r["skill_from"] is None for r in others)  # no win in their groups
+  train = [r for r in read_metrics(str(tmp_path / "run" / "metrics.jsonl"))
+           if r["phase"] == "train"]
+  assert train[0]["skill_from_sibling"] == pytest.approx(len(siblings) / len(lines))
+  assert train[0]["skill_parse_rate"] == 1.0  # the oracle's own skills, not the shares

@@ -76,6 +76,40 @@ def test_the_decision_part_alone_plays_no_episode(tiny_model, tmp_path):
   assert "| policy | 0 | - |" in teacher_gap.format_table(result)
 
 
+def _episode(task_id: str, traj_id: str, won: bool):
+  from seed_jax.seed.batch import StepRecord, Trajectory  # pylint: disable=import-outside-toplevel
+  step = StepRecord([1], [2], [-0.1], True, observation="A board.",
+                    response_text="<action>left</action>")
+  return Trajectory(task_id=task_id, group_id=f"gap:{task_id}", traj_id=traj_id, won=won,
+                    episode_reward=float(won), steps=[step], task="push the box")
+
+
+@pytest.mark.parametrize("group_hindsight", [False, True])
+def test_the_policy_source_is_the_plain_episodes_own_skill_or_its_won_siblings(
+    tokenizer, group_hindsight):
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  import types  # pylint: disable=import-outside-toplevel
+  from seed_jax.seed import analyzer  # pylint: disable=import-outside-toplevel
+  # Task a: the plain episode failed, its second sibling won. Task b: all failed.
+  trajs = [_episode("a", "p0", False), _episode("b", "p1", False),
+           _episode("a", "s0", False), _episode("b", "s1", False), _episode("a", "s2", True)]
+  texts = {"p0": "a failed plan", "p1": "b failed plan", "s0": "another failed plan",
+           "s1": "yet another failed plan", "s2": "the winning plan"}
+  skills = [json.dumps({"episode_summary": "x", "episode_skill": f"{texts[t.traj_id]} is "
+                        "written here"}) for t in trajs]
+  trainer = types.SimpleNamespace(
+      spec=types.SimpleNamespace(
+          analyzer=dataclasses.replace(analyzer.AnalyzerConfig(),
+                                       group_hindsight=group_hindsight),
+          analyzer_max_prompt_tokens=2048),
+      tokenizer=tokenizer, policy_generate=lambda ids, **_: skills[:len(ids)])
+  by_task, parse_rate = teacher_gap.policy_skills(trainer, trajs, seed=0)
+  assert parse_rate == 1.0
+  assert by_task["b"] == "b failed plan is written here"  # no win in its group: its own
+  assert by_task["a"] == ("the winning plan is written here" if group_hindsight
+                          else "a failed plan is written here")
+
+
 def test_skills_and_controls_per_task():
   from seed_jax.train.expert import Demonstration  # pylint: disable=import-outside-toplevel
   demos = [Demonstration(f"t{i}", "push", f"goal {i}", [], [], [f"a{i}", "b"], True)
