@@ -6,12 +6,16 @@ For every skill a run's policy wrote during RL (`analysis/iter_N.jsonl`), the pl
 states ("step 1: left, step 2: up": the oracle's format, learned in stage 1) against a
 shortest solution of the same puzzle (`generator.solve`, the oracle's plan), split by the
 episode's outcome: the plan equal to the solution, and its first move equal to the
-solution's first move (4 moves: 25% by chance). Prints one JSON line per run.
+solution's first move (4 moves: 25% by chance). And what group hindsight
+(`analyzer.group_hindsight`, the `seed_group` arm) gives a failed episode whose group of
+the same puzzle holds a won one: the plan of that won sibling (the fewest steps), on the
+same two measures (`failed_with_won_sibling`). Prints one JSON line per run.
 """
 
 from __future__ import annotations
 
 import glob
+import collections
 import json
 import os
 import re
@@ -38,23 +42,38 @@ def main(run_dirs: list[str]) -> None:
                                   max_solution_steps=cfg.env.max_solution_steps)
     return generator.solve(board)
 
+  def score(plan: list[str], task_id: str) -> tuple[int, int]:
+    best = solution(task_id)
+    return int(plan == best), int(bool(plan) and plan[0] == best[0])
+
   for run in run_dirs:
-    counts = {True: [0, 0, 0], False: [0, 0, 0]}  # won -> [skills, plan equal, first equal]
+    # won -> [skills, plan equal, first equal]; "sibling" -> the won sibling's plan
+    counts = {True: [0, 0, 0], False: [0, 0, 0], "sibling": [0, 0, 0]}
     for path in glob.glob(os.path.join(run, "analysis", "iter_*.jsonl")):
+      groups = collections.defaultdict(list)
       with open(path) as f:
         for line in f:
           record = json.loads(line)
-          if not record.get("skill"):
-            continue
-          plan, best = STEP.findall(record["skill"]), solution(record["task_id"])
-          c = counts[bool(record["won"])]
-          c[0] += 1
-          c[1] += plan == best
-          c[2] += bool(plan) and plan[0] == best[0]
+          groups[record["group_id"]].append(record)
+      for group in groups.values():
+        wins = sorted((r for r in group if r["won"] and r.get("skill")),
+                      key=lambda r: r["num_steps"])
+        for record in group:
+          if record.get("skill"):
+            c = counts[bool(record["won"])]
+            c[0] += 1
+            for k, hit in enumerate(score(STEP.findall(record["skill"]), record["task_id"])):
+              c[k + 1] += hit
+          if not record["won"] and wins:
+            c = counts["sibling"]
+            c[0] += 1
+            for k, hit in enumerate(score(STEP.findall(wins[0]["skill"]), record["task_id"])):
+              c[k + 1] += hit
+    names = {True: "won", False: "failed", "sibling": "failed_with_won_sibling"}
     print(json.dumps({"run": run, **{
-        ("won" if won else "failed"): {"skills": n, "plan_is_solution": round(eq / n, 3),
-                                       "first_move_is_solution": round(first / n, 3)}
-        for won, (n, eq, first) in counts.items() if n}}))
+        names[key]: {"skills": n, "plan_is_solution": round(eq / n, 3),
+                     "first_move_is_solution": round(first / n, 3)}
+        for key, (n, eq, first) in counts.items() if n}}))
 
 
 if __name__ == "__main__":

@@ -152,11 +152,13 @@ def token_deltas(trainer, trajs, skills_by_source: dict[str, dict[str, str | Non
   return out
 
 
-def policy_skills(trainer, trajs, seed: int) -> tuple[dict[str, str | None], float]:
+def policy_skills(trainer, trajs, seed: int
+                  ) -> tuple[dict[str, str | None], float, int]:
   """The policy analyzer's skill for each task from its plain episode (the first episode
-  of a task that parses), and the share of episodes whose analysis parsed. Under the run's
-  `analyzer.group_hindsight` the episodes of one task form its group: a failed episode
-  reads the skill of a won episode of the same task (`analyzer.group_hindsight_sources`)."""
+  of a task that parses), the share of episodes whose analysis parsed, and how many tasks
+  read a sibling's skill. Under the run's `analyzer.group_hindsight` the episodes of one
+  task form its group: a failed episode reads the skill of a won episode of the same task
+  (`analyzer.group_hindsight_sources`)."""
   cfg = dataclasses.replace(trainer.spec.analyzer, backend="policy")
   reports, _ = analyzer_lib.make_analyzer(
       cfg, trainer.policy_generate, tokenizer=trainer.tokenizer,
@@ -166,10 +168,13 @@ def policy_skills(trainer, trajs, seed: int) -> tuple[dict[str, str | None], flo
       [t.task_id for t in trajs], [t.won for t in trajs], [len(t.steps) for t in trajs],
       [s is not None for s in own]) if cfg.group_hindsight else range(len(trajs)))
   skills: dict[str, str | None] = {}
-  for traj, k in zip(trajs, sources):
+  from_sibling: set[str] = set()
+  for i, (traj, k) in enumerate(zip(trajs, sources)):
     if skills.get(traj.task_id) is None:
       skills[traj.task_id] = own[k]
-  return skills, sum(s is not None for s in own) / max(len(own), 1)
+      if k != i:
+        from_sibling.add(traj.task_id)
+  return skills, sum(s is not None for s in own) / max(len(own), 1), len(from_sibling)
 
 
 PARTS = ("acting", "decision", "tokens")
@@ -248,7 +253,7 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
                          task_skills=task_skills, skill_placement=placement, desc=None)
 
   acting: dict[str, dict[str, float]] = {}
-  plain_trajs, parse_rate = None, None
+  plain_trajs, parse_rate, from_sibling = None, None, None
   if "acting" in parts or "tokens" in parts:
     log("[teacher_gap] acting plain")
     plain_trajs, acting["plain"] = act(None)
@@ -261,7 +266,7 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
           spec.eval.rollout, seed=seed + 1, group_prefix=f"gap-{split}-siblings:",
           desc=None)[0]
     lap("acting")
-    skills["policy"], parse_rate = policy_skills(trainer, analysed, seed)
+    skills["policy"], parse_rate, from_sibling = policy_skills(trainer, analysed, seed)
     lap("analysis")
   sources = [s for s in SOURCES if skills.get(s) is not None or s == "plain"]
   if "acting" in parts:
@@ -291,7 +296,7 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
   for source in SKILL_SOURCES:
     result[source] = _source_entry(source, acting, p_expert, skills.get(source), token_gap,
                                    beta, result["plain"])
-  result["policy"].update(parse_rate=parse_rate,
+  result["policy"].update(parse_rate=parse_rate, from_sibling=from_sibling,
                           group_hindsight=bool(spec.analyzer.group_hindsight))
   oracle, wrong = result["oracle"]["p_expert"], result["wrong"]["p_expert"]
   result["content_score"] = None if oracle is None or wrong is None else oracle - wrong
@@ -333,4 +338,8 @@ def format_table(result: dict[str, Any]) -> str:
   lines += ["", f"content score (oracle minus wrong p(expert)): "
             f"{_cell(result['content_score'], signed=True)}; policy skills parsed: "
             f"{_cell(result['policy']['parse_rate'], '{:.0%}')}"]
+  policy = result["policy"]
+  if policy.get("group_hindsight") and policy.get("from_sibling") is not None:
+    lines[-1] += (f"; group hindsight: {policy['from_sibling']} of {result['tasks']} tasks "
+                  f"read a won sibling's skill")
   return "\n".join(lines)

@@ -103,8 +103,8 @@ def test_the_policy_source_is_the_plain_episodes_own_skill_or_its_won_siblings(
                                        group_hindsight=group_hindsight),
           analyzer_max_prompt_tokens=2048),
       tokenizer=tokenizer, policy_generate=lambda ids, **_: skills[:len(ids)])
-  by_task, parse_rate = teacher_gap.policy_skills(trainer, trajs, seed=0)
-  assert parse_rate == 1.0
+  by_task, parse_rate, from_sibling = teacher_gap.policy_skills(trainer, trajs, seed=0)
+  assert parse_rate == 1.0 and from_sibling == int(group_hindsight)
   assert by_task["b"] == "b failed plan is written here"  # no win in its group: its own
   assert by_task["a"] == ("the winning plan is written here" if group_hindsight
                           else "a failed plan is written here")
