@@ -584,7 +584,9 @@ def results_markdown(results: dict[str, list[RunResults]],
     runs = results[arm]
     finished = sum(r.summary is not None for r in runs)
     final = [_fmt([final_success(r, s) for r in runs]) for s in splits]
-    last = [r.train[max(r.train)].get("success") for r in runs if r.train]
+    # A final figure: an unfinished run's latest iteration is on the curve, not here.
+    last = [r.train[max(r.train)].get("success") for r in runs
+            if r.train and r.summary is not None]
     start = _fmt([r.evals.get(0, {}).get(f"{HELD_OUT}/success") for r in runs])
     lines.append(f"| {arm} | {finished}/{len(runs)} | {start} | " + " | ".join(final)
                  + f" | {_fmt(last)} | {descriptions.get(arm, '')} |")
