@@ -718,7 +718,7 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   assert "| seed - grpo | final valid_unseen success | 3 | +0.167 | [-0.192, +0.525] | no |" \
       in page
   assert "| seed - grpo | training success, area under the curve | 3 | +0.250 | " \
-      "[+0.250, +0.250] | yes |" in page
+      "[+0.250, +0.250] | yes (every seed the same difference: no spread) |" in page
   assert "| no_opd - grpo | final valid_unseen success | 1 | +0.250 | - | - |" in page
   # 36 s against 24 s on the same machine; seed 2's 136 s ran on another: not a pair.
   assert "| seed | 69 ± 58 | 1.50 ± 0.00 | 2 |" in page
