@@ -359,7 +359,7 @@ def paired_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE)
       interval = (f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n > 1 else "-")
       mean = f"{diff.mean:+.3f}" if diff.n else "-"
       excludes = "-" if diff.n < 2 else "yes" if diff.excludes_zero else "no"
-      if diff.n > 1 and diff.low == diff.high:
+      if diff.n > 1 and abs(diff.high - diff.low) < 1e-9:  # equal up to float rounding
         # A zero-width interval: the seeds agree exactly (a coarse figure, few seeds), which
         # estimates no spread; a reader must not take it for a tight interval.
         excludes += " (every seed the same difference: no spread)"
