@@ -711,6 +711,18 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
                       "batch_zero_advantage_groups": 1, "update_empty": 3},
               machines=["Fast CPU"])
   write_run(f"{out}/no_opd/seed0", [0.25], {1: 0.5}, final=0.5)  # one seed finished
+  # The runner's log lines: seed 1 of seed shared its cores (0.9 CPU s a wall s against
+  # grpo's 1.8), seed 0 ran alone over two starts ((20 + 160) / (10 + 90) = 1.8).
+  os.makedirs(f"{out}/logs")
+  logs = {"seed_seed0": ["[experiment] seed/seed0: exit 0, 10 s wall, 20 s CPU",
+                         "[experiment] seed/seed0 teacher gap: exit 0, 50 s wall, 5 s CPU",
+                         "[experiment] seed/seed0: exit 0, 90 s wall, 160 s CPU"],
+          "seed_seed1": ["[experiment] seed/seed1: exit 0, 100 s wall, 90 s CPU"],
+          **{f"grpo_seed{k}": [f"[experiment] grpo/seed{k}: exit 0, 100 s wall, 180 s CPU"]
+             for k in range(3)}}
+  for name, lines in logs.items():
+    with open(f"{out}/logs/{name}.log", "w") as f:
+      f.write("some output\n" + "\n".join(lines) + "\n")
   page = aggregate.results_markdown(
       aggregate.read_experiment(out, ["seed", "grpo", "no_opd"], [0, 1, 2]))
   # Differences 0.25, 0.25, 0: mean 1/6, sd 0.1443; t(0.975, 2) = 4.3027 (tables):
@@ -720,10 +732,12 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   assert "| seed - grpo | training success, area under the curve | 3 | +0.250 | " \
       "[+0.250, +0.250] | yes (every seed the same difference: no spread) |" in page
   assert "| no_opd - grpo | final valid_unseen success | 1 | +0.250 | - | - |" in page
-  # 36 s against 24 s on the same machine; seed 2's 136 s ran on another: not a pair.
-  assert "| seed | 69 ± 58 | 1.50 ± 0.00 | 2 |" in page
-  assert "| grpo | 24 ± 0 | 1.00 ± 0.00 | 3 |" in page
-  assert "| no_opd | 0 ± 0 | - | 0 |" in page  # no provenance.json: never paired
+  # 36 s against 24 s on the same machine; seed 1 shared its cores (0.9 < 0.8 x 1.8) and
+  # seed 2's 136 s ran on another machine: neither is a pair.
+  assert "| seed | 69 ± 58 | 1.35 ± 0.64 | 1.50 ± 0.00 | 1 |" in page
+  assert "| grpo | 24 ± 0 | 1.80 ± 0.00 | 1.00 ± 0.00 | 3 |" in page
+  assert "| no_opd | 0 ± 0 | - | - | 0 |" in page  # no provenance.json: never paired
+  assert aggregate.cpu_per_wall(f"{out}/logs/none.log", "x/seed0") is None
   assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 |" in page  # 1 group an iteration, 3 steps a run
   # The teacher: the gap of the only iteration is first and last (action block 0.5, 1.5,
   # 2.5; the rest 0, -1, -2; the decision -0.5 where recorded, seeds 1 and 2); both gate

@@ -52,6 +52,7 @@ class RunResults:
   origin: dict[str, Any] | None = None       # provenance.json: machines, weights' fingerprints
   warm_origin: dict[str, Any] | None = None  # and its warm start's
   warm_workdir: str = ""  # the computation of its warm start it started from
+  cpu_per_wall: float | None = None  # CPU seconds a wall second over its starts (its log)
 
 
 # ------------------------------------------------------------------ reading
@@ -149,6 +150,25 @@ def warm_start_computation(out: str, seed: int, warm_start: str,
   return current
 
 
+def cpu_per_wall(log_path: str, job: str) -> float | None:
+  """The CPU seconds per wall second of a job over all its starts, from the lines the
+  experiment runner writes into its log (`[experiment] <job>: exit N, W s wall, C s CPU`);
+  None without a log or a start. A run alone on a machine keeps its cores busy; one that
+  shared them waited, and its wall time says more of its neighbours than of itself."""
+  pattern = re.compile(rf"^\[experiment\] {re.escape(job)}: exit -?\d+, (\d+) s wall, "
+                       r"(\d+) s CPU$")
+  wall = cpu = 0
+  try:
+    with open(log_path, errors="replace") as f:
+      for line in f:
+        match = pattern.match(line.strip())
+        if match:
+          wall, cpu = wall + int(match.group(1)), cpu + int(match.group(2))
+  except OSError:
+    return None
+  return cpu / wall if wall else None
+
+
 def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
                     warm_starts: dict[str, str] | None = None) -> dict[str, list[RunResults]]:
   """arm -> its runs (one per seed) under `out`; `warm_starts` (arm -> `Arm.warm_start`)
@@ -161,7 +181,10 @@ def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
       workdir = os.path.join(out, arm, f"seed{seed}")
       warm = (warm_start_computation(out, seed, warm_starts[arm], provenance.read(workdir))
               if arm in warm_starts else "")
-      results[arm].append(read_run(workdir, arm, seed, warm))
+      run = read_run(workdir, arm, seed, warm)
+      share = cpu_per_wall(os.path.join(out, "logs", f"{arm}_seed{seed}.log"),
+                           f"{arm}/seed{seed}")
+      results[arm].append(dataclasses.replace(run, cpu_per_wall=share))
   return results
 
 
@@ -375,24 +398,46 @@ def one_machine(run: RunResults) -> str | None:
   return kinds[0] if len(kinds) == 1 else None
 
 
+# Two runs' wall times are compared only if neither kept its cores busy much less than the
+# other: a run whose CPU seconds per wall second fell below this share of the other's
+# waited for cores another job held.
+MIN_CPU_SHARE = 0.8
+
+
+def _comparable(run: RunResults, base: RunResults) -> bool:
+  """Whether two runs' wall times measure the same machine: one machine kind throughout
+  each (provenance.json), the same for both, and neither shared its cores much more than
+  the other (`MIN_CPU_SHARE`, where both logs tell)."""
+  kind = one_machine(run)
+  if kind is None or kind != one_machine(base) or not rl_seconds(base):
+    return False
+  shares = (run.cpu_per_wall, base.cpu_per_wall)
+  if None in shares:
+    return True
+  return min(shares) >= MIN_CPU_SHARE * max(shares)
+
+
 def cost_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE) -> list[str]:
   """RL wall time per arm and, paired by seed, its ratio to the baseline's: only between
-  runs that ran on one machine kind throughout (machines differ by up to 2x)."""
+  runs that ran on one machine kind throughout (machines differ by up to 2x) and kept
+  their cores alike busy (`_comparable`)."""
   lines = ["", "## Wall time of RL", "",
            "Rollout, analysis and update seconds of the finished runs (evaluations left "
-           f"out); the ratio to {baseline} is per seed, between two runs that ran throughout "
-           "on one machine of the same kind (`provenance.json`; see \"Where the runs ran\"), "
-           "then averaged.", "",
-           f"| arm | RL seconds | ratio to {baseline} | seeds paired on one machine |",
-           "|---|---|---|---|"]
+           f"out), and CPU seconds per wall second over each run's starts (its log; about 1.8 "
+           f"alone on 2 cores); the ratio to {baseline} is per seed, between two runs that "
+           "ran throughout on one machine of the same kind (`provenance.json`; see \"Where "
+           "the runs ran\") and neither of which kept its cores busy less than "
+           f"{MIN_CPU_SHARE:.0%} as much as the other (it shared them), then averaged.", "",
+           f"| arm | RL seconds | CPU s per wall s | ratio to {baseline} | seeds paired |",
+           "|---|---|---|---|---|"]
   base = _finished_by_seed(results.get(baseline, []))
   for arm, runs in results.items():
     finished = _finished_by_seed(runs)
     paired = [s for s in sorted(set(finished) & set(base))
-              if rl_seconds(base[s]) and one_machine(finished[s]) is not None
-              and one_machine(finished[s]) == one_machine(base[s])]
+              if _comparable(finished[s], base[s])]
     ratios = [rl_seconds(finished[s]) / rl_seconds(base[s]) for s in paired]
     lines.append(f"| {arm} | {_fmt([rl_seconds(r) for r in finished.values()], 0)} | "
+                 f"{_fmt([r.cpu_per_wall for r in finished.values()], 2)} | "
                  f"{_fmt(ratios, 2)} | {len(paired)} |")
   return lines
 
