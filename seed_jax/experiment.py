@@ -55,9 +55,9 @@ from ml_collections import config_flags
 
 from seed_jax.experiments import aggregate
 from seed_jax.experiments.arms import Arm, check_arm_overrides, get_arm
-from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, Job, is_finished,
+from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, Job, is_finished, log_path,
                                        needs_teacher_gap, plan_jobs, run_jobs,
-                                       teacher_gap_parts)
+                                       teacher_gap_parts, usage_line)
 
 
 def _define_flags() -> None:
@@ -180,9 +180,7 @@ def subprocess_runner(command_of: Callable[[Job], list[str]], logs: str, echo: b
   holds the running processes, for `stop_handler`."""
   def run(job: Job) -> int:
     command = command_of(job)
-    log_path = os.path.join(logs, job.name.replace("/", "_")
-                            + (f"_{what.replace(' ', '_')}" if what else "") + ".log")
-    with open(log_path, "ab") as log:
+    with open(log_path(logs, job.name, what), "ab") as log:
       log.write(f"$ {shlex.join(command)}\n".encode())
       log.flush()
       # Its own session: a Ctrl-C reaches the experiment only, which passes it on as the
@@ -204,10 +202,8 @@ def subprocess_runner(command_of: Callable[[Job], list[str]], logs: str, echo: b
         process.returncode = os.waitstatus_to_exitcode(status)
       finally:
         children.discard(process)
-      line = (f"[experiment] {job.name}{' ' + what if what else ''}: "
-              f"exit {process.returncode}, "
-              f"{time.monotonic() - start:.0f} s wall, "
-              f"{usage.ru_utime + usage.ru_stime:.0f} s CPU\n")
+      line = usage_line(f"{job.name}{' ' + what if what else ''}", process.returncode,
+                        time.monotonic() - start, usage.ru_utime + usage.ru_stime)
       log.write(line.encode())
       sys.stdout.write(line)
       sys.stdout.flush()

@@ -24,7 +24,8 @@ import numpy as np
 
 from seed_jax import provenance
 from seed_jax.experiments.arms import BC, STAGE1
-from seed_jax.experiments.jobs import TEACHER_GAP_FILE, warm_start_workdir
+from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, cpu_per_wall, log_path,
+                                       warm_start_workdir)
 from seed_jax.experiments.stats import curve_mean, mean_std, paired_difference, pooled_rate
 from seed_jax.metrics import read_metrics
 
@@ -150,25 +151,6 @@ def warm_start_computation(out: str, seed: int, warm_start: str,
   return current
 
 
-def cpu_per_wall(log_path: str, job: str) -> float | None:
-  """The CPU seconds per wall second of a job over all its starts, from the lines the
-  experiment runner writes into its log (`[experiment] <job>: exit N, W s wall, C s CPU`);
-  None without a log or a start. A run alone on a machine keeps its cores busy; one that
-  shared them waited, and its wall time says more of its neighbours than of itself."""
-  pattern = re.compile(rf"^\[experiment\] {re.escape(job)}: exit -?\d+, (\d+) s wall, "
-                       r"(\d+) s CPU$")
-  wall = cpu = 0
-  try:
-    with open(log_path, errors="replace") as f:
-      for line in f:
-        match = pattern.match(line.strip())
-        if match:
-          wall, cpu = wall + int(match.group(1)), cpu + int(match.group(2))
-  except OSError:
-    return None
-  return cpu / wall if wall else None
-
-
 def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
                     warm_starts: dict[str, str] | None = None) -> dict[str, list[RunResults]]:
   """arm -> its runs (one per seed) under `out`; `warm_starts` (arm -> `Arm.warm_start`)
@@ -182,8 +164,8 @@ def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
       warm = (warm_start_computation(out, seed, warm_starts[arm], provenance.read(workdir))
               if arm in warm_starts else "")
       run = read_run(workdir, arm, seed, warm)
-      share = cpu_per_wall(os.path.join(out, "logs", f"{arm}_seed{seed}.log"),
-                           f"{arm}/seed{seed}")
+      job_name = f"{arm}/seed{seed}"
+      share = cpu_per_wall(log_path(os.path.join(out, "logs"), job_name), job_name)
       results[arm].append(dataclasses.replace(run, cpu_per_wall=share))
   return results
 

@@ -28,6 +28,7 @@ import concurrent.futures
 import dataclasses
 import json
 import os
+import re
 import shutil
 import threading
 from typing import Any, Callable, Sequence
@@ -144,6 +145,38 @@ def is_finished(job: Job) -> bool:
 
 
 TEACHER_GAP_FILE = "teacher_gap.json"  # a run's teacher gap at its final weights
+
+
+def log_path(logs: str, job_name: str, what: str = "") -> str:
+  """`logs/<job>[_<what>].log`: the output of a job (with `what`, of a measurement of it,
+  e.g. "teacher gap")."""
+  return os.path.join(logs, job_name.replace("/", "_")
+                      + (f"_{what.replace(' ', '_')}" if what else "") + ".log")
+
+
+def usage_line(label: str, returncode: int, wall_s: float, cpu_s: float) -> str:
+  """The line the runner appends to a job's log when its process ends: its exit code, wall
+  seconds and CPU seconds (`cpu_per_wall` reads it back)."""
+  return f"[experiment] {label}: exit {returncode}, {wall_s:.0f} s wall, {cpu_s:.0f} s CPU\n"
+
+
+def cpu_per_wall(path: str, job_name: str) -> float | None:
+  """The CPU seconds per wall second of a job over all its starts, from its `usage_line`s
+  in the log at `path` (its measurements' lines, labelled apart, are not counted); None
+  without a log or a start. A run alone on a machine keeps its cores busy; one that shared
+  them waited, and its wall time says more of its neighbours than of itself."""
+  pattern = re.compile(rf"^\[experiment\] {re.escape(job_name)}: exit -?\d+, (\d+) s wall, "
+                       r"(\d+) s CPU$")
+  wall = cpu = 0
+  try:
+    with open(path, errors="replace") as f:
+      for line in f:
+        match = pattern.match(line.strip())
+        if match:
+          wall, cpu = wall + int(match.group(1)), cpu + int(match.group(2))
+  except OSError:
+    return None
+  return cpu / wall if wall else None
 
 
 def teacher_gap_parts(job: Job) -> tuple[str, ...]:

@@ -164,9 +164,8 @@ def policy_skills(trainer, trajs, seed: int
       cfg, trainer.policy_generate, tokenizer=trainer.tokenizer,
       max_prompt_tokens=trainer.spec.analyzer_max_prompt_tokens).analyze(trajs, seed=seed)
   own = [r.skill for r in reports]
-  sources = (analyzer_lib.group_hindsight_sources(
-      [t.task_id for t in trajs], [t.won for t in trajs], [len(t.steps) for t in trajs],
-      [s is not None for s in own]) if cfg.group_hindsight else range(len(trajs)))
+  sources = analyzer_lib.skill_sources(trajs, own, cfg.group_hindsight,
+                                       group_of=lambda traj: traj.task_id)
   skills: dict[str, str | None] = {}
   from_sibling: set[str] = set()
   for i, (traj, k) in enumerate(zip(trajs, sources)):

@@ -284,6 +284,20 @@ def group_hindsight_sources(group_ids: Sequence, won: Sequence[bool],
           for i, (group, ok) in enumerate(zip(group_ids, won))]
 
 
+def skill_sources(trajs: Sequence[Trajectory], skills: Sequence[str | None],
+                  group_hindsight: bool, group_of: Callable[[Trajectory], Any] | None = None
+                  ) -> list[int]:
+  """Whose skill (an index into `skills`, one per trajectory) each trajectory's teacher
+  reads: its own, or with `group_hindsight` the sibling `group_hindsight_sources` names
+  within its group (`group_of(traj)`, by default its GRPO group)."""
+  if not group_hindsight:
+    return list(range(len(trajs)))
+  group_of = group_of or (lambda traj: traj.group_id)
+  return group_hindsight_sources([group_of(t) for t in trajs], [t.won for t in trajs],
+                                 [len(t.steps) for t in trajs],
+                                 [s is not None for s in skills])
+
+
 def assign_skills(trajs: Sequence[Trajectory], reports: Sequence[AnalysisReport],
                   group_hindsight: bool = False) -> int:
   """Sets each trajectory's `skill` from its own report or, with `group_hindsight`, from
@@ -291,10 +305,7 @@ def assign_skills(trajs: Sequence[Trajectory], reports: Sequence[AnalysisReport]
   sibling's traj_id, else None). Returns how many trajectories read a sibling's skill."""
   if len(reports) != len(trajs):
     raise ValueError(f"{len(reports)} reports for {len(trajs)} trajectories")
-  sources = (group_hindsight_sources([t.group_id for t in trajs], [t.won for t in trajs],
-                                     [len(t.steps) for t in trajs],
-                                     [r.skill is not None for r in reports])
-             if group_hindsight else range(len(trajs)))
+  sources = skill_sources(trajs, [r.skill for r in reports], group_hindsight)
   for i, (traj, k) in enumerate(zip(trajs, sources)):
     traj.skill = reports[k].skill
     traj.skill_from = trajs[k].traj_id if k != i else None
