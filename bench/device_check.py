@@ -64,6 +64,11 @@ PARTS = ("matmul", "train", "train_projections", "sampler")
 TRAIN_PARTS = tuple(p for p in PARTS if p.startswith("train"))  # "train_<remat policy>"
 
 
+def remat_policy(train_part: str) -> str:
+  """The remat policy a train part measures: "train" -> "full", "train_<policy>" -> policy."""
+  return train_part.partition("_")[2] or "full"
+
+
 def missing_packages() -> list[str]:
   """pip names of what the parts cannot import (the device image lacks some of the
   project's requirements; the check needs only these)."""
@@ -212,9 +217,8 @@ def run_part(name: str, args: argparse.Namespace) -> dict[str, Any]:
   try:
     if name == "matmul":
       return part_matmul(tiny)
-    if name.startswith("train"):  # "train" (remat full) or "train_<remat policy>"
-      remat = name.partition("_")[2] or "full"
-      return part_train(tiny, args.param_dtype, remat,
+    if name in TRAIN_PARTS:
+      return part_train(tiny, args.param_dtype, remat_policy(name),
                         *((2, 24, 8, 2) if tiny else (args.rows, args.prompt_len,
                                                       args.response_len, args.steps)))
     if name == "sampler":

@@ -42,6 +42,10 @@ import time
 from typing import Any, Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from bench import device_check  # noqa: E402  (after the repository joins the path)
+from seed_jax import provenance  # noqa: E402
+
 GiB = 1 << 30
 
 # Full sizes are each bench's own defaults (the Quickstart's shapes); quick ones only check
@@ -470,11 +474,11 @@ def device_check_rows(r: dict[str, Any]) -> list[list[Any]]:
            f"{fmt(r.get('reference_peak_tflops'))} TFLOP/s measured on an H200 before"],
           ["memory streaming bandwidth, measured", f"{fmt(matmul.get('stream_gbps'))} GB/s",
            "a jitted sum over 4 GiB (the sampler's roofline below uses it)"]]
-  for name, policy in (("train", "full"), ("train_projections", "projections")):
+  for name in device_check.TRAIN_PARTS:
     train = r.get(name)
     if train is None:
       continue
-    label = f"train step, remat {train.get('remat', policy)}"
+    label = f"train step, remat {train.get('remat', device_check.remat_policy(name))}"
     if "error" in train:
       rows.append([label, "failed", train["error"]])
       continue
@@ -505,24 +509,21 @@ def device_check_rows(r: dict[str, Any]) -> list[list[Any]]:
                  + (f"{was}{fmt((before.get('sampler_decode_tok_s') or {}).get(batch))}"
                     if before else "")])
   parts = [(n, (r.get(n) or {}).get("peak_memory_gib"))
-           for n in ("train", "train_projections", "sampler") if n in r]
+           for n in device_check.TRAIN_PARTS + ("sampler",) if n in r]
   rows.append(["peak device memory in use", f"{fmt(r.get('peak_memory_gib'))} GiB",
                ", ".join(f"{n} {fmt(v)}" for n, v in parts) + " GiB"])
   return rows
 
 
 def machine_header() -> str:
-  cpu = platform.processor() or platform.machine()
   memory = None
   try:
-    with open("/proc/cpuinfo") as f:
-      cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
     with open("/proc/meminfo") as f:
       memory = int(next(l.split()[1] for l in f if l.startswith("MemTotal"))) * 1024
   except (OSError, StopIteration):
     pass
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-  return (f"{os.cpu_count()} cores, {cpu}"
+  return (f"{os.cpu_count()} cores, {provenance.cpu_model()}"
           + (f", {memory / GiB:.0f} GiB memory" if memory else "")
           + f", {platform.system()} {platform.machine()}, Python {platform.python_version()}, "
           f"jax {importlib.metadata.version('jax')}"

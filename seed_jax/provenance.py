@@ -64,7 +64,8 @@ def params_fingerprint(params: Any) -> str:
   return hasher.hexdigest()[:16]
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+  """The CPU's model name (from /proc/cpuinfo; the platform's processor string elsewhere)."""
   try:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
       for line in f:
@@ -80,7 +81,7 @@ def machine() -> dict[str, Any]:
   device = jax.devices()[0]
   cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
            else os.cpu_count())
-  return {"cpu": _cpu_model(), "cores": cores, "platform": device.platform,
+  return {"cpu": cpu_model(), "cores": cores, "platform": device.platform,
           "device_kind": device.device_kind, "devices": jax.device_count()}
 
 

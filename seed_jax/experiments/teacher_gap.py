@@ -39,13 +39,13 @@ import numpy as np
 from seed_jax.agent.loop import Decision, Episode, run_episodes
 from seed_jax.agent.policies import expert_policy
 from seed_jax.agent.prompts import PromptEncoder
-from seed_jax.envs.agent_format import decision_char_span, shows_images
+from seed_jax.envs.agent_format import shows_images
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed.batch import build_batch
 from seed_jax.seed.continuations import (candidate_probabilities, continuation_logprobs,
                                          make_continuation_fn)
 from seed_jax.seed.skills import skill_prompt_ids
-from seed_jax.seed.token_gap import gap_summary, response_action_masks
+from seed_jax.seed.token_gap import gap_summary, response_span_masks
 from seed_jax.train.expert import to_demonstration
 from seed_jax.train.rollout import play_episodes
 
@@ -141,9 +141,7 @@ def token_deltas(trainer, trajs, skills_by_source: dict[str, dict[str, str | Non
     resp_len = batch["response_mask"].shape[1]
     if student is None:
       student = trainer.score_rows(params, batch, "student")
-      action = response_action_masks(trajs, resp_len, trainer.tokenizer, len(student))
-      decision = response_action_masks(trajs, resp_len, trainer.tokenizer, len(student),
-                                       span_of=decision_char_span)
+      action, decision = response_span_masks(trajs, resp_len, trainer.tokenizer, len(student))
     teacher = trainer.score_rows(params, batch, "teacher")
     active = (batch["response_mask"] * batch["opd_mask"][:, None]) > 0
     delta = (teacher - student).astype(np.float64)

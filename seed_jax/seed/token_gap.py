@@ -42,9 +42,13 @@ def action_token_mask(tokenizer, response_ids: Sequence[int],
   grows with i, so each end of the span is found by binary search over prefixes: O(log n)
   decodes, not one per token. A token straddling a tag's edge (e.g. `"><"`) counts as in.
   """
-  ids = list(response_ids)
+  return _span_token_mask(tokenizer, list(response_ids),
+                          span_of(tokenizer.decode(list(response_ids))))
+
+
+def _span_token_mask(tokenizer, ids: list[int], span: tuple[int, int] | None) -> np.ndarray:
+  """Bool `[len(ids)]`: the tokens overlapping the character span of `decode(ids)`."""
   mask = np.zeros(len(ids), bool)
-  span = span_of(tokenizer.decode(ids))
   if span is None:
     return mask
   start, end = span
@@ -68,25 +72,30 @@ def action_token_mask(tokenizer, response_ids: Sequence[int],
   return mask
 
 
-def response_action_masks(trajectories: Sequence[Trajectory], response_len: int, tokenizer,
-                          num_rows: int | None = None, span_of: SpanOf = action_char_span
-                          ) -> np.ndarray:
-  """Bool `[B, R]` over `build_batch`'s rows: True at the response tokens of each step's
-  action block (`action_token_mask` with `span_of`; `decision_char_span`: the decision).
+def response_span_masks(trajectories: Sequence[Trajectory], response_len: int, tokenizer,
+                        num_rows: int | None = None,
+                        spans: Sequence[SpanOf] = (action_char_span, decision_char_span)
+                        ) -> tuple[np.ndarray, ...]:
+  """One bool `[B, R]` over `build_batch`'s rows per entry of `spans`: True at the response
+  tokens of that span of each step (`action_token_mask`); by default the action block and
+  the decision (`decision_char_span`). Each response is decoded once for all spans.
 
   Rows follow `build_batch`: every step of every trajectory in turn, a response's token r
-  in column r, responses longer than R cut to their first R tokens (the block is found in
-  the whole response, then cut). `num_rows` (default: the step count) adds all-False rows
-  for build_batch's padding rows.
+  in column r, responses longer than R cut to their first R tokens (a span is found in the
+  whole response, then cut). `num_rows` (default: the step count) adds all-False rows for
+  build_batch's padding rows.
   """
   steps = [step for traj in trajectories for step in traj.steps]
   rows = len(steps) if num_rows is None else num_rows
   if rows < len(steps):
     raise ValueError(f"{rows} rows for {len(steps)} steps")
-  out = np.zeros((rows, response_len), bool)
+  out = tuple(np.zeros((rows, response_len), bool) for _ in spans)
   for row, step in enumerate(steps):
-    mask = action_token_mask(tokenizer, step.response_ids, span_of)[:response_len]
-    out[row, :len(mask)] = mask
+    ids = list(step.response_ids)
+    text = tokenizer.decode(ids)
+    for masks, span_of in zip(out, spans):
+      mask = _span_token_mask(tokenizer, ids, span_of(text))[:response_len]
+      masks[row, :len(mask)] = mask
   return out
 
 
@@ -145,8 +154,8 @@ def token_gap_stats(trajectories: Sequence[Trajectory], batch: dict[str, np.ndar
     teacher_logprobs: `[B, R]` under the skill-augmented prompts at theta_old (the
       "precomputed" teacher mode's; the other modes have none on the host).
     beta: the OPD gate's `beta_opd`.
-    action_mask: bool `[B, R]` (or `[steps, R]`), `response_action_masks`.
-    decision_mask: the same with `span_of=decision_char_span`, or None (no such split).
+    action_mask: bool `[B, R]` (or `[steps, R]`), `response_span_masks`' first.
+    decision_mask: the same for the decision (its second), or None (no such split).
   Returns:
     `gap_summary` of the tokens of each split, under the prefixes `gap_all_`,
     `gap_action_` (the action block), `gap_rest_` (the rest of the response),

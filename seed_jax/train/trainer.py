@@ -27,7 +27,6 @@ from seed_jax import metrics as metrics_lib
 from seed_jax import paths, provenance
 from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.checkpoint import Checkpointer
-from seed_jax.envs.agent_format import decision_char_span
 from seed_jax.envs.pool import EnvPool
 from seed_jax.envs.registry import get_env_module
 from seed_jax.models import export_hf, load_model, resolve_model_path
@@ -42,7 +41,7 @@ from seed_jax.seed.batch import BatchConfig, build_batch, trajectory_gate_stats
 from seed_jax.seed.packing import (max_segment_len, pack_batch, packed_widths, plan_packing,
                                    token_fill)
 from seed_jax.seed.skills import skill_prompt_ids
-from seed_jax.seed.token_gap import (response_action_masks, token_gap_stats,
+from seed_jax.seed.token_gap import (response_span_masks, token_gap_stats,
                                      trajectory_token_gaps)
 from seed_jax.seed.train_step import (init_train_state, make_score_fn, make_train_step,
                                       side_inputs, train_state_shardings, update_metrics)
@@ -558,9 +557,7 @@ class Trainer:
     if "teacher_logprobs" in batch:  # at theta_old: the "precomputed" teacher mode only
       beta, teacher = spec.train_step.loss.beta_opd, batch["teacher_logprobs"]
       rows = batch["advantages"].shape[0]
-      actions = response_action_masks(trajs, resp_len, self.tokenizer, num_rows=rows)
-      decisions = response_action_masks(trajs, resp_len, self.tokenizer, num_rows=rows,
-                                        span_of=decision_char_span)
+      actions, decisions = response_span_masks(trajs, resp_len, self.tokenizer, num_rows=rows)
       gaps = token_gap_stats(trajs, batch, teacher, beta, actions, decisions)
       gates = [None if gate is None else {**gate, **split} for gate, split in zip(
           trajectory_gate_stats(trajs, batch, teacher, beta),

@@ -133,7 +133,7 @@ def test_action_token_mask_decodes_log_n_prefixes_not_every_token(tokenizer):
   assert _masked_text(tokenizer, ids, mask).endswith("<action>look</action>")
 
 
-def test_response_action_masks_follow_build_batchs_rows(tokenizer):
+def test_response_span_masks_follow_build_batchs_rows(tokenizer):
   responses = [["<think>a</think><action>go to desk 1</action>", "<think>b</think>"],
                ["<think>" + "long " * 30 + "</think><action>look</action>"]]
   trajs = [batch_lib.Trajectory(
@@ -144,17 +144,21 @@ def test_response_action_masks_follow_build_batchs_rows(tokenizer):
   resp_len = 24
   batch, _ = batch_lib.build_batch(trajs, batch_lib.BatchConfig(
       response_len=resp_len, prompt_bucket=4, rows_multiple=4), with_teacher=False)
-  masks = token_gap.response_action_masks(trajs, resp_len, tokenizer, num_rows=4)
-  assert masks.shape == batch["response_mask"].shape == (4, resp_len)
+  masks, decisions = token_gap.response_span_masks(trajs, resp_len, tokenizer, num_rows=4)
+  assert masks.shape == decisions.shape == batch["response_mask"].shape == (4, resp_len)
   first = tokenizer.encode(responses[0][0])
   np.testing.assert_array_equal(masks[0, :len(first)],
                                 token_gap.action_token_mask(tokenizer, first))
+  np.testing.assert_array_equal(
+      decisions[0, :len(first)],
+      token_gap.action_token_mask(tokenizer, first, decision_char_span))
+  assert decisions[0].any() and not decisions[1:].any()
   assert not masks[0, len(first):].any() and masks[0].any()
   assert not masks[1].any()  # no action block
   assert not masks[2].any()  # the block lies past the R tokens kept of a long response
   assert not masks[3].any()  # a padding row
   assert not (masks & (batch["response_mask"] == 0)).any()
-  np.testing.assert_array_equal(token_gap.response_action_masks(trajs, resp_len, tokenizer),
+  np.testing.assert_array_equal(token_gap.response_span_masks(trajs, resp_len, tokenizer)[0],
                                 masks[:3])
 
 
