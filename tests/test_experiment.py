@@ -689,11 +689,28 @@ def test_run_figures_pool_episodes_and_integrate_the_held_out_curve(tmp_path):
   assert aggregate.training_success_rate(run) == pytest.approx(0.5)
   assert aggregate.training_success_rate(run, last=0.25) == 1.0  # the last iteration
   assert aggregate.training_success_rate(run, last=0.5) == pytest.approx(0.625)
+  assert aggregate.training_success_rate(run, first=0.25) == 0.0  # the first iteration
+  assert aggregate.training_success_rate(run, first=0.5) == pytest.approx(0.25)  # 8 / 32
   # Trapezoids: 64 * (0.25 + 0.5) / 2 + 32 * (0.5 + 0.75) / 2 = 24 + 20 = 44, over 96.
   assert aggregate.held_out_auc(run) == pytest.approx(44 / 96)
   assert aggregate.rl_seconds(run) == 60.0
   # Bins centred outside [0.4, 0.6] hold 0.1 (at 0.05), 0.1 (0.35), 0.1 (0.65), 0.2 (0.95).
   assert aggregate.gate_spread(run.train[1]) == pytest.approx(0.5)
+
+
+def test_the_page_says_whether_each_arm_learns_within_its_runs(tmp_path):
+  # 8 iterations, a quarter is 2: seed 0 rises from 0.25 to 0.75, seed 1 from 0.5 to 0.5;
+  # held-out 0.25 -> 0.5 and 0.5 -> 0.25. Seed 2 has not finished: not counted.
+  write_run(f"{tmp_path}/grpo/seed0", [0.0, 0.5, 1, 1, 1, 1, 0.5, 1.0], {0: 0.25, 8: 0.5},
+            final=0.5)
+  write_run(f"{tmp_path}/grpo/seed1", [0.5, 0.5, 0, 0, 0, 0, 0.25, 0.75], {0: 0.5, 8: 0.25},
+            final=0.25)
+  write_run(f"{tmp_path}/grpo/seed2", [1.0, 1.0], {0: 1.0})
+  page = aggregate.results_markdown(aggregate.read_experiment(str(tmp_path), ["grpo"],
+                                                              [0, 1, 2]))
+  # Rises 0.5 and 0 (mean 0.25, sd 0.354); held-out +0.25 and -0.25 (sd 0.354).
+  assert ("| grpo | 2 | 0.375 ± 0.177 | 0.625 ± 0.177 | 0.250 ± 0.354 | 0.375 ± 0.177 | "
+          "0.375 ± 0.177 | 0.000 ± 0.354 |") in page
 
 
 def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):

@@ -193,14 +193,17 @@ def episodes_consumed(run: RunResults) -> dict[int, float]:
   return consumed
 
 
-def training_success_rate(run: RunResults, last: float = 1.0) -> float | None:
+def training_success_rate(run: RunResults, last: float = 1.0, first: float | None = None
+                          ) -> float | None:
   """The success rate over the training episodes of the last `last` share of the run's
-  iterations (at least one); with `last=1` over all of them: the area under the
-  training success-against-episodes curve over its width."""
+  iterations (at least one), or of the first `first` share when given; over all of them
+  (`last=1`): the area under the training success-against-episodes curve over its width."""
   steps = [s for s in sorted(run.train) if _is_number(run.train[s].get("success"))]
   if not steps:
     return None
-  steps = steps[-max(1, math.ceil(last * len(steps))):]
+  share = last if first is None else first
+  count = max(1, math.ceil(share * len(steps)))
+  steps = steps[:count] if first is not None else steps[-count:]
   return pooled_rate([run.train[s]["success"] for s in steps],
                      [run.train[s].get("episodes", 1) for s in steps])
 
@@ -469,6 +472,32 @@ def provenance_lines(results: dict[str, list[RunResults]],
   return lines
 
 
+def learning_lines(results: dict[str, list[RunResults]]) -> list[str]:
+  """Whether each arm learns at all, before any comparison: per finished run the training
+  success of the first and of the last quarter of the iterations and the held-out success
+  of the warm start and at the end, each rise taken within the run, then over seeds."""
+  def rise(after: float | None, before: float | None) -> float | None:
+    return after - before if _is_number(after) and _is_number(before) else None
+  lines = ["", "## Does each arm learn?", "",
+           "Per finished run: the training success over the first and over the last quarter "
+           "of the iterations (pooled over their episodes; the first iteration plays the "
+           "warm start's weights) and the rise between them; the held-out success of "
+           "the warm start and at the end, and its rise. Each rise is taken within a run, "
+           "then averaged over seeds.", "",
+           "| arm | seeds | training success, first quarter | last quarter | rise | "
+           f"{HELD_OUT} success, warm start | final | rise |", "|---" * 8 + "|"]
+  for arm, runs in results.items():
+    runs = [run for run in runs if run.summary is not None]
+    early = [training_success_rate(r, first=0.25) for r in runs]
+    late = [training_success_rate(r, last=0.25) for r in runs]
+    start = [r.evals.get(0, {}).get(f"{HELD_OUT}/success") for r in runs]
+    final = [final_success(r) for r in runs]
+    lines.append(f"| {arm} | {len(runs)} | {_fmt(early)} | {_fmt(late)} | "
+                 f"{_fmt([rise(b, a) for a, b in zip(early, late)])} | {_fmt(start)} | "
+                 f"{_fmt(final)} | {_fmt([rise(b, a) for a, b in zip(start, final)])} |")
+  return lines
+
+
 def signal_lines(results: dict[str, list[RunResults]]) -> list[str]:
   """How often GRPO had nothing to learn from: groups whose advantages were all zero, and
   the optimizer steps skipped for want of any signal (`rl.skip_zero_advantage_groups`)."""
@@ -627,7 +656,8 @@ def results_markdown(results: dict[str, list[RunResults]],
             "| iteration | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
   for step in steps:
     lines.append(f"| {step} | " + " | ".join(_fmt(curves[a].get(step)) for a in arms) + " |")
-  lines += (paired_lines(results) + cost_lines(results) + signal_lines(results)
+  lines += (learning_lines(results) + paired_lines(results) + cost_lines(results)
+            + signal_lines(results)
             + teacher_gap_lines(results, warm_gaps or {}) + gap_lines(results)
             + provenance_lines(results, warm_origins or {}))
   skill_arms = [a for a in arms if any(r.skills for r in results[a])]
