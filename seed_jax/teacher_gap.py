@@ -2,7 +2,7 @@
 
   python -m seed_jax.teacher_gap --config=configs/alfworld.py:cpu [--init=RUN_OR_HF_FOLDER]
       [--split=valid_unseen] [--episodes=N] [--json=FILE] [--placement=end]
-      [--parts=acting,decision,tokens] [--config.KEY=VALUE ...]
+      [--parts=acting,decision,tokens,update] [--config.KEY=VALUE ...]
 
 On the split's tasks it compares the policy acting from the plain prompt with the policy
 reading a skill through H, for each skill source (oracle plan, the policy's own analysis,
@@ -51,7 +51,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "seed of the env resets and of sampling"
 _PARTS = flags.DEFINE_list("parts", ["acting", "decision", "tokens"],
                            "what to measure: acting (every source plays the tasks), decision "
                            "(the expert's choice among the admissible actions), tokens (the "
-                           "shift on the plain episodes' tokens); decision alone is cheapest")
+                           "shift on the plain episodes' tokens); decision alone is cheapest; "
+                           "update (an algorithm with OPD): the OPD term's share of the "
+                           "gradient on the run's first training iteration")
 flags.mark_flags_as_required(["config"])
 
 
@@ -65,10 +67,10 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--split={_SPLIT.value}: choose among {', '.join(SPLITS)}")
   if _EPISODES.value < 0:
     raise app.UsageError(f"--episodes={_EPISODES.value}: a number of tasks >= 0")
-  unknown = sorted(set(_PARTS.value) - {"acting", "decision", "tokens"})
+  from seed_jax.experiments.teacher_gap import PARTS
+  unknown = sorted(set(_PARTS.value) - set(PARTS))
   if unknown or not _PARTS.value:
-    raise app.UsageError(f"--parts={','.join(_PARTS.value)}: choose among acting, decision, "
-                         "tokens")
+    raise app.UsageError(f"--parts={','.join(_PARTS.value)}: choose among {', '.join(PARTS)}")
   if _PLACEMENT.value is not None and _PLACEMENT.value not in PLACEMENTS:
     raise app.UsageError(f"--placement={_PLACEMENT.value}: one of {', '.join(PLACEMENTS)}")
   config = _CONFIG.value

@@ -25,7 +25,10 @@ Figures per source (`measure`):
   same parameters, on the action span, on the rest and on the decision (where the
   response first names its action) (`seed_jax.seed.token_gap`);
 * `content_score`: oracle's minus wrong's decision probability: above zero only if the
-  teacher reads what the skill says.
+  teacher reads what the skill says;
+* `update` (an algorithm with OPD only): whether that knowledge reaches the update, the
+  OPD term's share of the gradient on the run's first training iteration
+  (`seed_jax.experiments.opd_share`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from seed_jax.agent.loop import Decision, Episode, run_episodes
 from seed_jax.agent.policies import expert_policy
 from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.envs.agent_format import shows_images
+from seed_jax.experiments import opd_share
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed.batch import build_batch
 from seed_jax.seed.continuations import (candidate_probabilities, continuation_logprobs,
@@ -174,7 +178,7 @@ def policy_skills(trainer, trajs, seed: int
   return skills, sum(s is not None for s in own) / max(len(own), 1), len(from_sibling)
 
 
-PARTS = ("acting", "decision", "tokens")
+PARTS = ("acting", "decision", "tokens", "update")
 
 
 def _source_entry(source: str, acting, p_expert, skills, token_gap, beta: float,
@@ -212,7 +216,8 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
     placement: where H puts the skill (default: the run's `skill_placement`).
     parts: which of `PARTS` to measure. `acting` plays every source; `decision` scores
       the expert's steps; `tokens` scores the plain episodes' tokens. The `policy` source
-      needs the plain episodes (played when `acting` or `tokens` is asked for).
+      needs the plain episodes (played when `acting` or `tokens` is asked for). `update`
+      plays the run's first training iteration and splits its gradients (`opd_share`).
   Returns:
     a JSON-serialisable dict: one object per source (`plain`, `oracle`, `policy`,
     `wrong`, `empty`) with at least `success` and `p_expert` (None where not measured),
@@ -287,6 +292,11 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
     token_gap = token_deltas(trainer, plain_trajs, {s: skills[s] for s in sources[1:]},
                              placement)
     lap("token_gap")
+  update = None
+  if "update" in parts:
+    log("[teacher_gap] the OPD term's share of the first iteration's gradient")
+    update = opd_share.measure(trainer)
+    lap("update")
   beta = spec.train_step.loss.beta_opd
   result: dict[str, Any] = {"plain": _source_entry("plain", acting, p_expert, None,
                                                    token_gap, beta, None)}
@@ -297,7 +307,7 @@ def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
                           group_hindsight=bool(spec.analyzer.group_hindsight))
   oracle, wrong = result["oracle"]["p_expert"], result["wrong"]["p_expert"]
   result["content_score"] = None if oracle is None or wrong is None else oracle - wrong
-  result.update(split=split, tasks=len(tasks), decision_points=len(points),
+  result.update(update=update, split=split, tasks=len(tasks), decision_points=len(points),
                 placement=placement, beta_opd=beta, parts=list(parts), seconds=seconds)
   return result
 
@@ -339,4 +349,12 @@ def format_table(result: dict[str, Any]) -> str:
   if policy.get("group_hindsight") and policy.get("from_sibling") is not None:
     lines[-1] += (f"; group hindsight: {policy['from_sibling']} of {result['tasks']} tasks "
                   f"read a won sibling's skill")
+  update = result.get("update")
+  if update and update.get("mini_batches"):
+    lines += ["", f"OPD term's share of the first training iteration's gradient "
+              f"(lambda_opd {update['lambda_opd']}, {update['mini_batches']} mini-batches): "
+              f"|G_opd| / |G_outcome| {update['opd_share']:.4f} (|G_opd| "
+              f"{update['opd_norm']:.4g}, |G_outcome| {update['outcome_norm']:.4g}), cosine "
+              f"{update['cosine']:+.3f}; at lambda_opd 1 |G_opd| would be "
+              f"{update['opd_norm_per_lambda']:.4g}"]
   return "\n".join(lines)

@@ -300,10 +300,13 @@ class Trainer:
                        f"{self.algorithm.name!r} needs a skill library, and stage 1 "
                        "produced none")
     if self.spec.rl.kl:
-      self.ref_trainable = jax.tree.map(lambda x: x.copy(),
-                                        split_trainable(self.state.params)[0])
+      self.take_reference()
     self.host.update(stage="rl", iteration=0, task_cursor=0)
     self.save()
+
+  def take_reference(self) -> None:
+    """The KL term's reference: a copy of the trainable parameters as they are now."""
+    self.ref_trainable = jax.tree.map(lambda x: x.copy(), split_trainable(self.state.params)[0])
 
   @property
   def _uses_library(self) -> bool:
@@ -494,17 +497,23 @@ class Trainer:
     """Skill-GRPO's library, placed in the acting prompt in training and evaluation."""
     return self.library if self.algorithm.acting_skills else None
 
+  def rollout(self, batch_tasks, iteration: int) -> tuple[list, dict[str, float]]:
+    """Iteration `iteration`'s (0-based) episodes: `rl.group_size` of each task, sampled
+    with that iteration's seed (the same games and sampling seeds for every arm)."""
+    spec = self.spec
+    return play_episodes(
+        self.sampler, self.encoder, self.pool(), self.fmt, batch_tasks,
+        spec.rl.group_size, spec.rollout, seed=spec.seed * 100_003 + iteration,
+        group_prefix=f"{iteration}:", acting_skills=self._acting_skills,
+        skill_placement=spec.skill_placement,
+        desc=hosts.primary_label(f"iter {iteration + 1} rollout"))
+
   def rl_iteration(self, tasks: TaskIterator) -> None:
     it, spec = self.host["iteration"], self.spec
-    seed = spec.seed * 100_003 + it
     self.timer.seconds = {}
     batch_tasks = tasks.take(spec.rl.tasks_per_batch)
     with self.timer("rollout"):
-      trajs, stats = play_episodes(
-          self.sampler, self.encoder, self.pool(), self.fmt, batch_tasks,
-          spec.rl.group_size, spec.rollout, seed=seed, group_prefix=f"{it}:",
-          acting_skills=self._acting_skills, skill_placement=spec.skill_placement,
-          desc=hosts.primary_label(f"iter {it + 1} rollout"))
+      trajs, stats = self.rollout(batch_tasks, it)
     self._stop_if_preempted()
     reports = None
     if spec.rl.opd:
@@ -548,11 +557,8 @@ class Trainer:
       where the teacher is scored inside the step).
     """
     spec = self.spec
-    opd = spec.rl.opd
-    batch, bstats = build_batch(trajs, self.batch_config, with_teacher=opd)
+    batch, bstats = self.scored_batch(trajs)
     resp_len = spec.batch.response_len
-    if opd and spec.train_step.teacher_mode == "precomputed":
-      batch["teacher_logprobs"] = self.score_rows(self.state.params, batch, "teacher")
     gates, gaps = None, {}
     if "teacher_logprobs" in batch:  # at theta_old: the "precomputed" teacher mode only
       beta, teacher = spec.train_step.loss.beta_opd, batch["teacher_logprobs"]
@@ -562,15 +568,13 @@ class Trainer:
       gates = [None if gate is None else {**gate, **split} for gate, split in zip(
           trajectory_gate_stats(trajs, batch, teacher, beta),
           trajectory_token_gaps(trajs, batch, teacher, beta, actions))]
-    if spec.rl.kl:
-      batch["ref_logprobs"] = self.score_rows(self._reference_params(), batch, "student")
     steps: list[dict[str, Any]] = []
-    minis = self._mini_batches(batch)
+    minis = self.mini_batches(batch)
     window = max_segment_len(batch) if spec.rl.pack_rows else None
     fill = [token_fill(mini) for mini in minis]
     silent = 0  # mini-batches with no row any loss term counts: the step would not update
     for mini in hosts.progress(minis, desc="update", unit="mini-batch", leave=False):
-      if not _has_signal(mini, opd and spec.train_step.loss.lambda_opd > 0):
+      if not _has_signal(mini, spec.rl.opd and spec.train_step.loss.lambda_opd > 0):
         silent += 1
         continue
       self.state, m = self.train_step(self.state, hosts.put_rows(mini, self.mesh), window)
@@ -583,7 +587,19 @@ class Trainer:
     out.update({f"batch_{k}": float(np.mean([f[k] for f in fill])) for k in fill[0]})
     return out, gates
 
-  def _mini_batches(self, batch: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+  def scored_batch(self, trajs) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """The update's rows (`build_batch`) with what is scored once before the steps: the
+    teacher's log-probs at theta_old (OPD in the "precomputed" teacher mode) and the
+    reference's (with the KL term). Returns (batch, build_batch's stats)."""
+    spec = self.spec
+    batch, bstats = build_batch(trajs, self.batch_config, with_teacher=spec.rl.opd)
+    if spec.rl.opd and spec.train_step.teacher_mode == "precomputed":
+      batch["teacher_logprobs"] = self.score_rows(self.state.params, batch, "teacher")
+    if spec.rl.kl:
+      batch["ref_logprobs"] = self.score_rows(self._reference_params(), batch, "student")
+    return batch, bstats
+
+  def mini_batches(self, batch: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     """The optimizer steps' batches: `rl.mini_batch_size` rows each, or with
     `rl.pack_rows` those rows packed into sequences (`seed_jax.seed.packing`), every
     mini-batch at the same widths so that the step compiles once an iteration."""

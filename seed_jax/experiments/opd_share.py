@@ -1,0 +1,123 @@
+"""Does the teacher's knowledge reach the update? The OPD term's share of the gradient.
+
+A teacher that knows more than its student changes the policy only through
+`lambda_opd * L_opd` beside GRPO's outcome terms (paper: lambda_opd 0.01). This measures, at
+a policy's weights, how large that term's gradient is beside theirs: on the first
+iteration of a run (the same games and sampling seeds the run plays first), for every
+mini-batch the update would step on, the gradient of the outcome terms `G_outcome`
+(policy gradient, KL, entropy bonus) and of the weighted OPD term `G_opd` (the step's
+gradient is their sum).
+
+Figures per mini-batch, then the mean over them: `outcome_norm = |G_outcome|`,
+`opd_norm = |G_opd|`, `opd_share = |G_opd| / |G_outcome|`, and `cosine` between the two
+(does the teacher pull the way the outcome does). The KL term's reference is the weights
+measured, as at the start of RL (its gradient is then zero). Gradient clipping and AdamW
+scale the sum, not its parts, so the share is about the OPD term's share of the step
+(AdamW's per-coordinate scale can weigh it more or less; momentum favours the term whose
+direction persists across steps). `opd_norm / lambda_opd` is the term's gradient at weight
+1: how far `lambda_opd` would have to rise for the teacher to pull as hard as the outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from seed_jax.parallel import hosts
+from seed_jax.parallel.mesh import in_mesh
+from seed_jax.seed.packing import max_segment_len
+from seed_jax.seed.train_step import make_loss_and_grad_fn
+from seed_jax.train.tasks import TaskIterator
+
+FIGURES = ("outcome_norm", "opd_norm", "opd_share", "cosine")
+
+
+def _norm(tree) -> jax.Array:
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
+
+
+def split_gradient_figures(grad_outcome, grad_opd) -> dict[str, jax.Array]:
+  """`outcome_norm`, `opd_norm`, `opd_share`, `cosine` of the outcome terms' and the OPD
+  term's gradient pytrees."""
+  outcome, opd = _norm(grad_outcome), _norm(grad_opd)
+  dot = sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(grad_opd),
+                                            jax.tree.leaves(grad_outcome)))
+  tiny = jnp.finfo(jnp.float32).tiny
+  return {"outcome_norm": outcome, "opd_norm": opd,
+          "opd_share": opd / jnp.maximum(outcome, tiny),
+          "cosine": dot / jnp.maximum(outcome * opd, tiny)}
+
+
+def make_split_gradient_fn(graphdef, train_step_cfg, mesh=None) -> Callable:
+  """Jitted `(params, mini_batch, max_segment_len) -> split_gradient_figures` of one
+  mini-batch at `params`, under `mesh` (the trainer's) when given.
+
+  Each term's gradient is taken apart, not as a difference of two whole gradients (the OPD
+  part can be a hundredth of the rest, below float32's rounding of a difference): the
+  outcome terms' with `lambda_opd = 0`; the OPD term's (weighted) with every row out of the
+  outcome terms (`outcome_mask` 0, which keeps OPD's rows and its token count)."""
+  without_opd = dataclasses.replace(
+      train_step_cfg, loss=dataclasses.replace(train_step_cfg.loss, lambda_opd=0.0))
+  grad_outcome = make_loss_and_grad_fn(graphdef, without_opd, mesh)
+  grad_whole = make_loss_and_grad_fn(graphdef, train_step_cfg, mesh)
+
+  def figures(params, mini, max_segment_len=None):
+    opd_only = {**mini, "outcome_mask": jnp.zeros_like(mini["advantages"])}
+    return split_gradient_figures(grad_outcome(params, mini, max_segment_len)[1],
+                                  grad_whole(params, opd_only, max_segment_len)[1])
+
+  return in_mesh(jax.jit(figures, static_argnums=2), mesh)
+
+
+def first_mini_batches(trainer) -> tuple[list[dict[str, np.ndarray]], int | None]:
+  """The mini-batches with an OPD row that the run's first update would step on, at the
+  trainer's weights (its first iteration's games and sampling seeds, skills attached,
+  teacher and reference scored), and their `max_segment_len` (packed rows) or None."""
+  spec = trainer.spec
+  if spec.rl.kl and trainer.ref_trainable is None:
+    trainer.take_reference()  # RL's reference is its starting weights: these
+  first = TaskIterator(trainer.rl_tasks(), spec.seed).take(spec.rl.tasks_per_batch)
+  trajs, _ = trainer.rollout(first, 0)
+  trainer.attach_skills(trajs)
+  batch, _ = trainer.scored_batch(trajs)
+  window = max_segment_len(batch) if spec.rl.pack_rows else None
+  minis = trainer.mini_batches(batch)
+  # A mini-batch without a skill row has no OPD term to compare.
+  return [m for m in minis if np.any(np.asarray(m["opd_mask"]) > 0)], window
+
+
+def measure(trainer) -> dict[str, Any]:
+  """The figures of the module docstring at `trainer`'s weights, for its run's first
+  iteration. `trainer`: a `seed_jax.train.trainer.Trainer` of an algorithm with OPD; its
+  parameters are read, never updated.
+
+  Returns a JSON-serialisable dict: `lambda_opd`, `mini_batches` (those the update would
+  step on), `per_mini_batch` (a list of the figures), the mean of each figure over them,
+  and `opd_norm_per_lambda`.
+  """
+  spec = trainer.spec
+  lam = spec.train_step.loss.lambda_opd
+  if not (spec.rl.opd and lam > 0):
+    raise ValueError(f"algorithm {spec.algorithm!r} has no OPD term (rl.opd with "
+                     "lambda_opd > 0): nothing to split")
+  if spec.train_step.teacher_mode != "precomputed":
+    raise ValueError("the OPD share is measured with train_step.teacher_mode='precomputed' "
+                     f"(the teacher scored once at the weights), not "
+                     f"{spec.train_step.teacher_mode!r}")
+  minis, window = first_mini_batches(trainer)
+  figures_of = make_split_gradient_fn(trainer.graphdef, spec.train_step, trainer.mesh)
+  rows = []
+  for mini in hosts.progress(minis, desc="OPD share", unit="mini-batch", leave=False):
+    figures = hosts.fetch(figures_of(trainer.state.params, hosts.put_rows(mini, trainer.mesh),
+                                     window))
+    rows.append({k: float(v) for k, v in figures.items()})
+  out: dict[str, Any] = {"lambda_opd": lam, "mini_batches": len(rows),
+                         "per_mini_batch": rows}
+  for key in FIGURES:
+    out[key] = float(np.mean([r[key] for r in rows])) if rows else None
+  out["opd_norm_per_lambda"] = out["opd_norm"] / lam if rows else None
+  return out

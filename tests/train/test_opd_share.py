@@ -1,0 +1,89 @@
+"""The OPD term's share of the gradient: the split of two gradients against numpy, and on a
+tiny random model in Sokoban the OPD part growing with lambda_opd while the rest stays."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from seed_jax.experiments import opd_share
+from seed_jax.seed.train_step import make_loss_and_grad_fn
+from tests.train.conftest import tiny_spec
+
+
+def test_the_split_figures_against_numpy():
+  rng = np.random.default_rng(0)
+  outcome = {"a": rng.normal(size=(3, 4)), "b": rng.normal(size=5)}
+  opd = {"a": rng.normal(size=(3, 4)), "b": rng.normal(size=5)}
+  flat_outcome = np.concatenate([outcome["a"].ravel(), outcome["b"]])
+  flat_opd = np.concatenate([opd["a"].ravel(), opd["b"]])
+  figures = opd_share.split_gradient_figures(outcome, opd)
+  assert float(figures["outcome_norm"]) == pytest.approx(np.sqrt(np.sum(flat_outcome ** 2)))
+  assert float(figures["opd_norm"]) == pytest.approx(np.sqrt(np.sum(flat_opd ** 2)))
+  assert float(figures["opd_share"]) == pytest.approx(
+      np.linalg.norm(flat_opd) / np.linalg.norm(flat_outcome))
+  assert float(figures["cosine"]) == pytest.approx(
+      flat_opd @ flat_outcome / np.linalg.norm(flat_opd) / np.linalg.norm(flat_outcome))
+
+
+def _trainer(tiny_model, tmp_path, algorithm: str, lambda_opd: float):
+  from seed_jax.train.trainer import Trainer  # pylint: disable=import-outside-toplevel
+  # SEED reading the oracle's plan (the seed_oracle arm): every trajectory has a skill.
+  spec = tiny_spec(tiny_model, algorithm, **{"env.max_steps": 2, "rl.lambda_opd": lambda_opd,
+                                             "analyzer.backend": "oracle"})
+  return Trainer(spec, str(tmp_path))
+
+
+def _measure(tiny_model, tmp_path, algorithm: str, lambda_opd: float = 0.01):
+  trainer = _trainer(tiny_model, tmp_path, algorithm, lambda_opd)
+  try:
+    return opd_share.measure(trainer)
+  finally:
+    trainer.close()
+
+
+def test_the_opd_part_grows_with_lambda_and_the_outcome_part_stays(tiny_model, tmp_path):
+  # The same weights, games and sampling seeds: only the OPD term's weight differs.
+  low = _measure(tiny_model, tmp_path / "low", "seed", 0.01)
+  high = _measure(tiny_model, tmp_path / "high", "seed", 0.04)
+  assert low["mini_batches"] == high["mini_batches"] > 0
+  assert high["outcome_norm"] == pytest.approx(low["outcome_norm"], rel=1e-4)
+  assert low["opd_norm"] > 0
+  assert high["opd_norm"] == pytest.approx(4 * low["opd_norm"], rel=1e-4)
+  assert high["opd_norm_per_lambda"] == pytest.approx(low["opd_norm_per_lambda"], rel=1e-4)
+  assert high["cosine"] == pytest.approx(low["cosine"], abs=1e-4)
+  assert -1.0 <= low["cosine"] <= 1.0
+  assert low["opd_share"] == pytest.approx(np.mean([r["opd_share"]
+                                                     for r in low["per_mini_batch"]]))
+
+
+def test_the_opd_part_is_the_whole_gradient_minus_the_outcome_part(tiny_model, tmp_path):
+  # An independent route (no outcome_mask): the difference of two whole gradients, at
+  # lambda_opd 1 so that float32 rounding of the difference stays within a percent.
+  trainer = _trainer(tiny_model, tmp_path, "seed", 1.0)
+  try:
+    minis, window = opd_share.first_mini_batches(trainer)
+    cfg, params = trainer.spec.train_step, trainer.state.params
+    mini = minis[0]
+    figures = opd_share.make_split_gradient_fn(trainer.graphdef, cfg)(params, mini, window)
+    whole = make_loss_and_grad_fn(trainer.graphdef, cfg)(params, mini, window)[1]
+    outcome = make_loss_and_grad_fn(trainer.graphdef, dataclasses.replace(
+        cfg, loss=dataclasses.replace(cfg.loss, lambda_opd=0.0)))(params, mini, window)[1]
+  finally:
+    trainer.close()
+  flat = lambda tree: np.concatenate([np.asarray(x, np.float64).ravel()
+                                      for x in jax.tree.leaves(tree)])
+  opd = flat(whole) - flat(outcome)
+  assert float(figures["outcome_norm"]) == pytest.approx(np.linalg.norm(flat(outcome)),
+                                                         rel=1e-4)
+  assert float(figures["opd_norm"]) == pytest.approx(np.linalg.norm(opd), rel=1e-2)
+  assert float(figures["cosine"]) == pytest.approx(
+      opd @ flat(outcome) / np.linalg.norm(opd) / np.linalg.norm(flat(outcome)), abs=1e-2)
+
+
+def test_an_algorithm_without_opd_is_refused(tiny_model, tmp_path):
+  with pytest.raises(ValueError, match="no OPD term"):
+    _measure(tiny_model, tmp_path, "grpo")
