@@ -8,9 +8,11 @@ mini-batch the update would step on, the gradient of the outcome terms `G_outcom
 (policy gradient, KL, entropy bonus) and of the weighted OPD term `G_opd` (the step's
 gradient is their sum).
 
-Figures per mini-batch, then the mean over them: `outcome_norm = |G_outcome|`,
-`opd_norm = |G_opd|`, `opd_share = |G_opd| / |G_outcome|`, and `cosine` between the two
-(does the teacher pull the way the outcome does). The KL term's reference is the weights
+Figures per mini-batch: `outcome_norm = |G_outcome|`, `opd_norm = |G_opd|` and the
+`cosine` between the two; over the mini-batches where the outcome terms have a signal,
+`opd_share = sum |G_opd| / sum |G_outcome|` and the mean cosine (does the teacher pull the way the outcome does); `opd_only` counts the mini-batches
+where the OPD term is the whole step (every group's episodes scored alike, so
+`rl.skip_zero_advantage_groups` leaves no outcome token). The KL term's reference is the weights
 measured, as at the start of RL (its gradient is then zero). Gradient clipping and AdamW
 scale the sum, not its parts, so the share is about the OPD term's share of the step
 (AdamW's per-coordinate scale can weigh it more or less; momentum favours the term whose
@@ -33,23 +35,34 @@ from seed_jax.seed.packing import max_segment_len
 from seed_jax.seed.train_step import make_loss_and_grad_fn
 from seed_jax.train.tasks import TaskIterator
 
-FIGURES = ("outcome_norm", "opd_norm", "opd_share", "cosine")
-
-
 def _norm(tree) -> jax.Array:
   return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
 
 
 def split_gradient_figures(grad_outcome, grad_opd) -> dict[str, jax.Array]:
-  """`outcome_norm`, `opd_norm`, `opd_share`, `cosine` of the outcome terms' and the OPD
+  """`outcome_norm`, `opd_norm` and their `dot` product, of the outcome terms' and the OPD
   term's gradient pytrees."""
-  outcome, opd = _norm(grad_outcome), _norm(grad_opd)
-  dot = sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(grad_opd),
-                                            jax.tree.leaves(grad_outcome)))
-  tiny = jnp.finfo(jnp.float32).tiny
-  return {"outcome_norm": outcome, "opd_norm": opd,
-          "opd_share": opd / jnp.maximum(outcome, tiny),
-          "cosine": dot / jnp.maximum(outcome * opd, tiny)}
+  return {"outcome_norm": _norm(grad_outcome), "opd_norm": _norm(grad_opd),
+          "dot": sum(jnp.sum(a * b) for a, b in zip(jax.tree.leaves(grad_opd),
+                                                   jax.tree.leaves(grad_outcome)))}
+
+
+def cosine(figures: dict[str, float]) -> float | None:
+  """The cosine of one mini-batch's two gradients; None where either is zero."""
+  norms = figures["outcome_norm"] * figures["opd_norm"]
+  return figures["dot"] / norms if norms > 0 else None
+
+
+def fold(rows: list[dict[str, float]]) -> dict[str, Any]:
+  """The run's figures from its mini-batches' `split_gradient_figures` (as floats)."""
+  both = [r for r in rows if r["outcome_norm"] > 0]
+  cosines = [c for c in map(cosine, both) if c is not None]
+  outcome = sum(r["outcome_norm"] for r in both)
+  return {"mini_batches": len(rows), "opd_only": len(rows) - len(both),
+          "outcome_norm": outcome / len(both) if both else None,
+          "opd_norm": sum(r["opd_norm"] for r in both) / len(both) if both else None,
+          "opd_share": sum(r["opd_norm"] for r in both) / outcome if outcome > 0 else None,
+          "cosine": float(np.mean(cosines)) if cosines else None}
 
 
 def make_split_gradient_fn(graphdef, train_step_cfg, mesh=None) -> Callable:
@@ -95,9 +108,9 @@ def measure(trainer) -> dict[str, Any]:
   iteration. `trainer`: a `seed_jax.train.trainer.Trainer` of an algorithm with OPD; its
   parameters are read, never updated.
 
-  Returns a JSON-serialisable dict: `lambda_opd`, `mini_batches` (those the update would
-  step on), `per_mini_batch` (a list of the figures), the mean of each figure over them,
-  and `opd_norm_per_lambda`.
+  Returns a JSON-serialisable dict: `lambda_opd`, `fold`'s figures over the mini-batches
+  the update would step on (`per_mini_batch`: each one's norms and dot product), and
+  `opd_norm_per_lambda`.
   """
   spec = trainer.spec
   lam = spec.train_step.loss.lambda_opd
@@ -115,9 +128,7 @@ def measure(trainer) -> dict[str, Any]:
     figures = hosts.fetch(figures_of(trainer.state.params, hosts.put_rows(mini, trainer.mesh),
                                      window))
     rows.append({k: float(v) for k, v in figures.items()})
-  out: dict[str, Any] = {"lambda_opd": lam, "mini_batches": len(rows),
-                         "per_mini_batch": rows}
-  for key in FIGURES:
-    out[key] = float(np.mean([r[key] for r in rows])) if rows else None
-  out["opd_norm_per_lambda"] = out["opd_norm"] / lam if rows else None
-  return out
+  folded = fold(rows)
+  return {"lambda_opd": lam, **folded, "per_mini_batch": rows,
+          "opd_norm_per_lambda": (None if folded["opd_norm"] is None
+                                  else folded["opd_norm"] / lam)}

@@ -179,6 +179,7 @@ def policy_skills(trainer, trajs, seed: int
 
 
 PARTS = ("acting", "decision", "tokens", "update")
+DEFAULT_PARTS = PARTS[:3]  # `update` plays a training iteration: asked for by name
 
 
 def _source_entry(source: str, acting, p_expert, skills, token_gap, beta: float,
@@ -206,7 +207,7 @@ def _source_entry(source: str, acting, p_expert, skills, token_gap, beta: float,
 
 
 def measure(trainer, split: str, episodes: int = 0, seed: int = 0,
-            placement: str | None = None, parts: Sequence[str] = PARTS,
+            placement: str | None = None, parts: Sequence[str] = DEFAULT_PARTS,
             log=print) -> dict[str, Any]:
   """The figures of the module docstring for the first `episodes` tasks of `split` (0: all).
 
@@ -352,9 +353,11 @@ def format_table(result: dict[str, Any]) -> str:
   update = result.get("update")
   if update and update.get("mini_batches"):
     lines += ["", f"OPD term's share of the first training iteration's gradient "
-              f"(lambda_opd {update['lambda_opd']}, {update['mini_batches']} mini-batches): "
-              f"|G_opd| / |G_outcome| {update['opd_share']:.4f} (|G_opd| "
-              f"{update['opd_norm']:.4g}, |G_outcome| {update['outcome_norm']:.4g}), cosine "
-              f"{update['cosine']:+.3f}; at lambda_opd 1 |G_opd| would be "
-              f"{update['opd_norm_per_lambda']:.4g}"]
+              f"(lambda_opd {update['lambda_opd']}, {update['mini_batches']} mini-batches, "
+              f"{update['opd_only']} of them OPD alone): |G_opd| / |G_outcome| "
+              f"{_cell(update['opd_share'], '{:.4f}')} (|G_opd| "
+              f"{_cell(update['opd_norm'], '{:.4g}')}, |G_outcome| "
+              f"{_cell(update['outcome_norm'], '{:.4g}')}), cosine "
+              f"{_cell(update['cosine'], signed=True)}; at lambda_opd 1 |G_opd| would be "
+              f"{_cell(update['opd_norm_per_lambda'], '{:.4g}')}"]
   return "\n".join(lines)

@@ -20,13 +20,25 @@ def test_the_split_figures_against_numpy():
   opd = {"a": rng.normal(size=(3, 4)), "b": rng.normal(size=5)}
   flat_outcome = np.concatenate([outcome["a"].ravel(), outcome["b"]])
   flat_opd = np.concatenate([opd["a"].ravel(), opd["b"]])
-  figures = opd_share.split_gradient_figures(outcome, opd)
-  assert float(figures["outcome_norm"]) == pytest.approx(np.sqrt(np.sum(flat_outcome ** 2)))
-  assert float(figures["opd_norm"]) == pytest.approx(np.sqrt(np.sum(flat_opd ** 2)))
-  assert float(figures["opd_share"]) == pytest.approx(
-      np.linalg.norm(flat_opd) / np.linalg.norm(flat_outcome))
-  assert float(figures["cosine"]) == pytest.approx(
+  figures = {k: float(v) for k, v in opd_share.split_gradient_figures(outcome, opd).items()}
+  assert figures["outcome_norm"] == pytest.approx(np.sqrt(np.sum(flat_outcome ** 2)))
+  assert figures["opd_norm"] == pytest.approx(np.sqrt(np.sum(flat_opd ** 2)))
+  assert opd_share.cosine(figures) == pytest.approx(
       flat_opd @ flat_outcome / np.linalg.norm(flat_opd) / np.linalg.norm(flat_outcome))
+
+
+def test_the_share_is_folded_from_summed_norms_where_the_outcome_has_a_signal():
+  rows = [{"outcome_norm": 0.5, "opd_norm": 0.01, "dot": 0.0025},   # cosine 0.5
+          {"outcome_norm": 0.0, "opd_norm": 0.03, "dot": 0.0},      # OPD alone
+          {"outcome_norm": 1.5, "opd_norm": 0.01, "dot": -0.0075}]  # cosine -0.5
+  folded = opd_share.fold(rows)
+  assert folded["mini_batches"] == 3 and folded["opd_only"] == 1
+  assert folded["opd_share"] == pytest.approx(0.02 / 2.0)
+  assert folded["outcome_norm"] == pytest.approx(1.0)
+  assert folded["opd_norm"] == pytest.approx(0.01)
+  assert folded["cosine"] == pytest.approx(0.0)
+  assert opd_share.cosine(rows[1]) is None
+  assert opd_share.fold([rows[1]])["opd_share"] is None
 
 
 def _trainer(tiny_model, tmp_path, algorithm: str, lambda_opd: float):
@@ -56,8 +68,7 @@ def test_the_opd_part_grows_with_lambda_and_the_outcome_part_stays(tiny_model, t
   assert high["opd_norm_per_lambda"] == pytest.approx(low["opd_norm_per_lambda"], rel=1e-4)
   assert high["cosine"] == pytest.approx(low["cosine"], abs=1e-4)
   assert -1.0 <= low["cosine"] <= 1.0
-  assert low["opd_share"] == pytest.approx(np.mean([r["opd_share"]
-                                                     for r in low["per_mini_batch"]]))
+  assert low["opd_share"] == pytest.approx(low["opd_norm"] / low["outcome_norm"])
 
 
 def test_the_opd_part_is_the_whole_gradient_minus_the_outcome_part(tiny_model, tmp_path):
@@ -68,7 +79,8 @@ def test_the_opd_part_is_the_whole_gradient_minus_the_outcome_part(tiny_model, t
     minis, window = opd_share.first_mini_batches(trainer)
     cfg, params = trainer.spec.train_step, trainer.state.params
     mini = minis[0]
-    figures = opd_share.make_split_gradient_fn(trainer.graphdef, cfg)(params, mini, window)
+    figures = {k: float(v) for k, v in opd_share.make_split_gradient_fn(
+        trainer.graphdef, cfg)(params, mini, window).items()}
     whole = make_loss_and_grad_fn(trainer.graphdef, cfg)(params, mini, window)[1]
     outcome = make_loss_and_grad_fn(trainer.graphdef, dataclasses.replace(
         cfg, loss=dataclasses.replace(cfg.loss, lambda_opd=0.0)))(params, mini, window)[1]
@@ -77,10 +89,9 @@ def test_the_opd_part_is_the_whole_gradient_minus_the_outcome_part(tiny_model, t
   flat = lambda tree: np.concatenate([np.asarray(x, np.float64).ravel()
                                       for x in jax.tree.leaves(tree)])
   opd = flat(whole) - flat(outcome)
-  assert float(figures["outcome_norm"]) == pytest.approx(np.linalg.norm(flat(outcome)),
-                                                         rel=1e-4)
-  assert float(figures["opd_norm"]) == pytest.approx(np.linalg.norm(opd), rel=1e-2)
-  assert float(figures["cosine"]) == pytest.approx(
+  assert figures["outcome_norm"] == pytest.approx(np.linalg.norm(flat(outcome)), rel=1e-4)
+  assert figures["opd_norm"] == pytest.approx(np.linalg.norm(opd), rel=1e-2)
+  assert opd_share.cosine(figures) == pytest.approx(
       opd @ flat(outcome) / np.linalg.norm(opd) / np.linalg.norm(flat(outcome)), abs=1e-2)
 
 

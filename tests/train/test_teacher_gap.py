@@ -61,11 +61,12 @@ def test_the_token_gap_splits_the_action_span_from_the_rest(result):
       assert gap[f"{part}delta_q10"] <= gap[f"{part}delta_q50"] <= gap[f"{part}delta_q90"]
   assert "gate<0.4" in teacher_gap.format_table(result)
   assert result["update"] is None and "OPD term's share" not in teacher_gap.format_table(result)
-  with_update = {**result, "update": {"lambda_opd": 0.01, "mini_batches": 2,
+  with_update = {**result, "update": {"lambda_opd": 0.01, "mini_batches": 3, "opd_only": 1,
                                       "opd_share": 0.004, "opd_norm": 0.002,
-                                      "outcome_norm": 0.5, "cosine": 0.1,
+                                      "outcome_norm": 0.5, "cosine": None,
                                       "opd_norm_per_lambda": 0.2}}
-  assert "|G_opd| / |G_outcome| 0.0040" in teacher_gap.format_table(with_update)
+  assert ("3 mini-batches, 1 of them OPD alone): |G_opd| / |G_outcome| 0.0040"
+          in teacher_gap.format_table(with_update))
 
 
 def test_the_decision_part_alone_plays_no_episode(tiny_model, tmp_path):
