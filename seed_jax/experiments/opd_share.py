@@ -10,11 +10,11 @@ gradient is their sum).
 
 Figures per mini-batch: `outcome_norm = |G_outcome|`, `opd_norm = |G_opd|` and the
 `cosine` between the two; over the mini-batches where the outcome terms have a signal,
-`opd_share = sum |G_opd| / sum |G_outcome|` and the mean cosine (does the teacher pull the way the outcome does); `opd_only` counts the mini-batches
-where the OPD term is the whole step (every group's episodes scored alike, so
-`rl.skip_zero_advantage_groups` leaves no outcome token). The KL term's reference is the weights
-measured, as at the start of RL (its gradient is then zero). Gradient clipping and AdamW
-scale the sum, not its parts, so the share is about the OPD term's share of the step
+`opd_share = sum |G_opd| / sum |G_outcome|` and the mean cosine (does the teacher pull the
+way the outcome does); `opd_only` counts the mini-batches where the OPD term is the whole
+step (every group's episodes scored alike, so `rl.skip_zero_advantage_groups` leaves no
+outcome token). The KL term's reference is the weights measured, as at the start of RL
+(its gradient is then zero). Gradient clipping and AdamW scale the sum, not its parts, so the share is about the OPD term's share of the step
 (AdamW's per-coordinate scale can weigh it more or less; momentum favours the term whose
 direction persists across steps). `opd_norm / lambda_opd` is the term's gradient at weight
 1: how far `lambda_opd` would have to rise for the teacher to pull as hard as the outcome.
@@ -34,6 +34,7 @@ from seed_jax.parallel.mesh import in_mesh
 from seed_jax.seed.packing import max_segment_len
 from seed_jax.seed.train_step import make_loss_and_grad_fn
 from seed_jax.train.tasks import TaskIterator
+
 
 def _norm(tree) -> jax.Array:
   return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))

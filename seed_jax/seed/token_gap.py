@@ -42,8 +42,8 @@ def action_token_mask(tokenizer, response_ids: Sequence[int],
   grows with i, so each end of the span is found by binary search over prefixes: O(log n)
   decodes, not one per token. A token straddling a tag's edge (e.g. `"><"`) counts as in.
   """
-  return _span_token_mask(tokenizer, list(response_ids),
-                          span_of(tokenizer.decode(list(response_ids))))
+  ids = list(response_ids)
+  return _span_token_mask(tokenizer, ids, span_of(tokenizer.decode(ids)))
 
 
 def _span_token_mask(tokenizer, ids: list[int], span: tuple[int, int] | None) -> np.ndarray:
