@@ -119,6 +119,10 @@ def get_base_config() -> ml_collections.ConfigDict:
       # Take groups whose advantages are all zero out of the outcome terms (PG, entropy,
       # KL) and skip an update left with nothing (OPD keeps its rows); off in the paper.
       skip_zero_advantage_groups=_BATCH.skip_zero_advantage_groups,
+      # Deal the rows with an outcome signal round-robin over the mini-batches, so that a
+      # run of alike groups does not fill whole mini-batches that GRPO skips and SEED steps
+      # on with OPD alone (seed_jax/seed/batch.py: spread_row_order); off in the paper.
+      spread_outcome_rows=False,
       logprob_chunk=512,
       # 0: one row per turn (prompt left-padded, response right-padded). k > 0: the turns
       # of a mini-batch packed end to end into mini_batch_size / k sequences, so padding

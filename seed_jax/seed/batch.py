@@ -295,6 +295,36 @@ def zero_advantage_groups(group_ids: Sequence, step_advantages: Sequence[Sequenc
   return {str(g) for g in group_ids} - loud
 
 
+def spread_row_order(outcome_mask: np.ndarray, mini_batch_size: int) -> np.ndarray:
+  """A row order `[B]` whose consecutive slices of `mini_batch_size` rows give every
+  mini-batch its share of the rows with an outcome signal (`outcome_mask` > 0).
+
+  `build_batch` lays a group's rows side by side, so slicing in batch order puts a run of
+  groups that all scored alike (`skip_zero_advantage_groups`) into whole mini-batches with
+  no outcome signal: GRPO skips them and SEED steps on its OPD term alone, so the arms take
+  different numbers of optimizer steps. Here the signal rows are dealt round-robin over the
+  `ceil(B / mini_batch_size)` mini-batches (a full one is passed over) and the other rows
+  fill the places left, in batch order; each mini-batch keeps its rows in batch order.
+  Every mini-batch then has a signal row whenever there are at least as many as there are
+  mini-batches, and where B is a multiple of `mini_batch_size` (as `build_batch` pads it)
+  two mini-batches' counts differ by at most one.
+  """
+  rows = outcome_mask.shape[0]
+  minis = -(-rows // mini_batch_size)
+  capacity = [min(mini_batch_size, rows - k * mini_batch_size) for k in range(minis)]
+  slots: list[list[int]] = [[] for _ in range(minis)]
+  k = 0
+  for row in np.flatnonzero(outcome_mask > 0):
+    while len(slots[k]) == capacity[k]:
+      k = (k + 1) % minis
+    slots[k].append(int(row))
+    k = (k + 1) % minis
+  rest = iter(np.flatnonzero(outcome_mask <= 0).tolist())
+  for slot, room in zip(slots, capacity):
+    slot.extend(next(rest) for _ in range(room - len(slot)))
+  return np.concatenate([np.sort(np.asarray(slot, np.int64)) for slot in slots])
+
+
 def trajectory_gate_stats(trajectories: Sequence[Trajectory], batch: dict[str, np.ndarray],
                           teacher_logprobs: np.ndarray, beta: float
                           ) -> list[dict[str, float] | None]:

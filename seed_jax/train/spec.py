@@ -143,6 +143,8 @@ class RLSpec:
     opd: the OPD term is on: the algorithm has it and `rl.lambda_opd > 0`. Off, no skill
       is analysed and no teacher row is built or scored.
     kl: a reference model is kept (`rl.kl_coef > 0`).
+    spread_outcome_rows: the rows with an outcome signal dealt round-robin over the
+      mini-batches (`batch.spread_row_order`) instead of slicing in batch order.
   """
   iterations: int
   tasks_per_batch: int
@@ -152,6 +154,7 @@ class RLSpec:
   opd: bool
   kl: bool
   pack_rows: int = 0
+  spread_outcome_rows: bool = False
 
   def __post_init__(self):
     require(self, ("iterations", "pack_rows"), non_negative_int, "a non-negative integer")
@@ -393,7 +396,8 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
   rl = _build(RLSpec, config, {
       "iterations": "rl.iterations", "tasks_per_batch": "rollout.tasks_per_batch",
       "group_size": "rollout.group_size", "mini_batch_size": "rl.mini_batch_size",
-      "micro_batch_size": "rl.micro_batch_size", "pack_rows": "rl.pack_rows"},
+      "micro_batch_size": "rl.micro_batch_size", "pack_rows": "rl.pack_rows",
+      "spread_outcome_rows": "rl.spread_outcome_rows"},
       opd=opd, kl=loss.kl_coef > 0)
   if not opd:  # no teacher: the loss has no OPD term
     loss = dataclasses.replace(loss, lambda_opd=0.0)

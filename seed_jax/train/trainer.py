@@ -37,7 +37,8 @@ from seed_jax.sampling import Sampler, SamplingParams
 from seed_jax.seed import analyzer as analyzer_lib
 from seed_jax.seed import losses
 from seed_jax.seed.analysis_file import write_analysis_file
-from seed_jax.seed.batch import BatchConfig, build_batch, trajectory_gate_stats
+from seed_jax.seed.batch import (BatchConfig, build_batch, spread_row_order,
+                                  trajectory_gate_stats)
 from seed_jax.seed.packing import (max_segment_len, pack_batch, packed_widths, plan_packing,
                                    token_fill)
 from seed_jax.seed.skills import skill_prompt_ids
@@ -602,9 +603,13 @@ class Trainer:
   def mini_batches(self, batch: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     """The optimizer steps' batches: `rl.mini_batch_size` rows each, or with
     `rl.pack_rows` those rows packed into sequences (`seed_jax.seed.packing`), every
-    mini-batch at the same widths so that the step compiles once an iteration."""
+    mini-batch at the same widths so that the step compiles once an iteration. With
+    `rl.spread_outcome_rows` the rows are first put in `spread_row_order`."""
     size = self.spec.rl.mini_batch_size
     rows = batch["advantages"].shape[0]
+    if self.spec.rl.spread_outcome_rows:
+      order = spread_row_order(batch["outcome_mask"], size)
+      batch = {k: v[order] for k, v in batch.items()}
     minis = [{k: v[start:start + size] for k, v in batch.items()}
              for start in range(0, rows, size)]
     if not self.spec.rl.pack_rows:

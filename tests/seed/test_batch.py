@@ -236,3 +236,32 @@ def test_zero_advantage_groups_leave_the_outcome_terms_only_when_asked():
 def test_zero_advantage_groups_tolerate_rounding_only():
   assert batch_lib.zero_advantage_groups(["a", "a", "b"], [[1e-9, -1e-9], [0.0], [0.3]]) == {"a"}
   assert batch_lib.zero_advantage_groups(["a", "b"], [[0.0], [1e-3]]) == {"a"}
+
+
+@pytest.mark.parametrize("mask,size,order", [
+    # The signal rows side by side: batch order would leave the second mini-batch without.
+    ([1, 1, 1, 0, 0, 0, 0, 0], 4, [0, 2, 3, 4, 1, 5, 6, 7]),
+    ([0, 0, 0, 1, 1], 2, [0, 3, 1, 4, 2]),
+    # The short last mini-batch is full after one round: the deal passes over it.
+    ([1, 1, 1, 1, 1, 1, 1], 3, [0, 3, 5, 1, 4, 6, 2]),
+    ([0, 0, 0, 0], 2, [0, 1, 2, 3]),
+])
+def test_spread_row_order_deals_the_signal_rows_round_robin_by_hand(mask, size, order):
+  got = batch_lib.spread_row_order(np.array(mask, np.float32), size)
+  assert got.tolist() == order
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_spread_row_order_gives_every_mini_batch_its_share_of_the_signal(seed):
+  rng = np.random.default_rng(seed)
+  size = int(rng.integers(1, 6))
+  rows = size * int(rng.integers(1, 7))
+  mask = (rng.random(rows) < rng.random()).astype(np.float32)
+  order = batch_lib.spread_row_order(mask, size)
+  assert sorted(order.tolist()) == list(range(rows))  # a permutation
+  counts = [int(mask[order[s:s + size]].sum()) for s in range(0, rows, size)]
+  assert max(counts) - min(counts) <= 1 and sum(counts) == mask.sum()
+  if mask.sum() >= len(counts):
+    assert min(counts) >= 1
+  for s in range(0, rows, size):  # each mini-batch in batch order
+    assert np.all(np.diff(order[s:s + size]) > 0)

@@ -166,6 +166,7 @@ def test_stage_1_rehearses_only_expert_episodes_the_config_names():
     ("model.lora.alpha", 32.0, "model.lora_alpha"),
     ("model.lora.targets", ("q", "v"), "model.lora_targets"),
     ("rl.skip_zero_advantage_groups", True, "batch.skip_zero_advantage_groups"),
+    ("rl.spread_outcome_rows", True, "rl.spread_outcome_rows"),
     ("log.wandb", True, "output.wandb"),
     ("log.wandb_group", "cmp", "output.wandb_settings.group"),
     ("mesh.tensor", 2, "mesh.tensor"),
