@@ -4,6 +4,8 @@
   python -m seed_jax.main --config=configs/sokoban.py:cpu      # minutes on 2 cores
   python -m seed_jax.experiment --config=configs/sokoban.py:learn --out=results/sokoban_learn
                                   # the small-scale comparison (issue 26), skill-reading
+  python -m seed_jax.experiment --config=configs/sokoban.py:learn_distill ...
+                                  # the same with an OPD term that can act in 10 iterations
 """
 
 from configs import base
@@ -16,7 +18,7 @@ def get_config(preset: str = ""):
   c.env.name = "sokoban"
   c.rollout.max_new_tokens = 512
   c.sft.tasks_per_type = 180  # Sokoban has one task type
-  return base.apply_preset(c, preset, cpu=_cpu, learn=_learn)
+  return base.apply_preset(c, preset, cpu=_cpu, learn=_learn, learn_distill=_learn_distill)
 
 
 def _cpu(c):
@@ -79,3 +81,22 @@ def _learn(c):
   # 256 cloned, 64 more for RL (10 iterations x 4 puzzles = 40 drawn from them).
   c.env.num_tasks = {"train": 320, "valid_seen": 8, "valid_unseen": 16}
   c.eval.max_episodes = 0  # all 16 held-out puzzles
+
+
+def _learn_distill(c):
+  """`:learn` with an OPD term large enough to act within its 10 iterations, and every arm
+  stepping on the same mini-batches.
+
+  At the paper's `lambda_opd` 0.01 the OPD term was about 1% of the first update's
+  gradient where GRPO had a signal (`seed_jax.teacher_gap --parts=update` on seed 0's
+  stage-1 warm start: |G_outcome| 0.434, |G_opd| 0.40 at `lambda_opd` 1;
+  results/sokoban_learn/opd_share/), so no teacher could move the policy in 10
+  iterations. At 1 the two are of one size there. And in `:learn` a third of the
+  mini-batches held only groups that all scored alike: GRPO skipped them, SEED stepped on
+  OPD alone, so the SEED arms took 51-54 optimizer steps a run against GRPO's 28-37;
+  `rl.spread_outcome_rows` deals the signal rows over every mini-batch (by the same
+  records every arm would have taken 46-54). Both are off in the paper presets.
+  """
+  _learn(c)
+  c.rl.lambda_opd = 1.0
+  c.rl.spread_outcome_rows = True

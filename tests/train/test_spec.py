@@ -57,6 +57,17 @@ def test_the_learning_preset_gives_every_arm_the_small_model_aids():
   assert aids(paper) == (False, 0.0, False, "task_line", False, 0.0)
 
 
+def test_the_distillation_preset_is_the_learning_preset_with_an_opd_term_that_can_act():
+  """configs/sokoban.py:learn_distill: `:learn` with lambda_opd 1 (not the paper's 0.01)
+  and the outcome rows spread over the mini-batches; nothing else differs."""
+  learn, distill = load("sokoban", "learn"), load("sokoban", "learn_distill")
+  assert (distill.rl.lambda_opd, distill.rl.spread_outcome_rows) == (1.0, True)
+  assert (learn.rl.lambda_opd, learn.rl.spread_outcome_rows) == (0.01, False)
+  with distill.unlocked():
+    distill.rl.lambda_opd, distill.rl.spread_outcome_rows = 0.01, False
+  assert distill.to_dict() == learn.to_dict()
+
+
 def test_paper_defaults():
   c = load("alfworld")
   assert (c.rl.beta_opd, c.rl.lambda_opd, c.rollout.group_size, c.rollout.tasks_per_batch,
