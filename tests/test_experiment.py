@@ -755,12 +755,35 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   assert "| grpo | 24 ± 0 | 1.80 ± 0.00 | 1.00 ± 0.00 | 3 |" in page
   assert "| no_opd | 0 ± 0 | - | - | 0 |" in page  # no provenance.json: never paired
   assert aggregate.cpu_per_wall(f"{out}/logs/none.log", "x/seed0") is None
-  assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 |" in page  # 1 group an iteration, 3 steps a run
+  # 1 group an iteration, 3 steps a run skipped; no config.json: the steps taken unknown.
+  assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 | - |" in page
   # The teacher: the gap of the only iteration is first and last (action block 0.5, 1.5,
   # 2.5; the rest 0, -1, -2; the decision -0.5 where recorded, seeds 1 and 2); both gate
   # bins lie outside [0.4, 0.6].
   assert ("| seed | 1.500 ± 1.000 | 1.500 ± 1.000 | -1.000 ± 1.000 | -1.000 ± 1.000 | "
           "-0.500 ± 0.000 | -0.500 ± 0.000 | 1.000 ± 0.000 | 1.000 ± 0.000 |") in page
+
+
+def test_the_page_counts_the_optimizer_steps_each_run_took(tmp_path):
+  """Mini-batches are the batch's rows with their padding over `rl.mini_batch_size`; a
+  step is taken on each but those without signal and those skipped as non-finite."""
+  # Per iteration 28 + 4 rows in mini-batches of 16 (2), 1 empty: 1 step, 1 step.
+  write_run(f"{tmp_path}/grpo/seed0", [0.5, 0.5], final=0.5,
+            fields={"batch_rows": 28, "batch_padding_rows": 4, "update_empty": 1})
+  # 44 + 4 rows (3 mini-batches), none empty; the second iteration's record (written again
+  # on a resume: the last one counts) has one step skipped as non-finite: 3 + 2 steps.
+  write_run(f"{tmp_path}/grpo/seed1", [0.5, 0.5], final=0.5,
+            fields={"batch_rows": 44, "batch_padding_rows": 4})
+  with open(f"{tmp_path}/grpo/seed1/metrics.jsonl", "a") as f:
+    f.write(json.dumps({"step": 2, "phase": "train", "success": 0.5, "batch_rows": 44,
+                        "batch_padding_rows": 4, "update_skipped": 1}) + "\n")
+  for seed in (0, 1):
+    with open(f"{tmp_path}/grpo/seed{seed}/config.json", "w") as f:
+      json.dump({"rl": {"mini_batch_size": 16}}, f)
+  page = aggregate.results_markdown(aggregate.read_experiment(str(tmp_path), ["grpo"],
+                                                              [0, 1]))
+  # Skipped 2 and 0 (mean 1, sd 1.41); 2 and 5 steps taken (mean 3.5, sd 2.12).
+  assert "| grpo | 0.00 ± 0.00 | 1.0 ± 1.4 | 3.5 ± 2.1 |" in page
 
 
 def test_the_page_tells_where_each_run_ran_and_which_warm_start_it_started_from(tmp_path):

@@ -54,6 +54,7 @@ class RunResults:
   warm_origin: dict[str, Any] | None = None  # and its warm start's
   warm_workdir: str = ""  # the computation of its warm start it started from
   cpu_per_wall: float | None = None  # CPU seconds a wall second over its starts (its log)
+  mini_batch_size: int | None = None  # rl.mini_batch_size of its config.json
 
 
 # ------------------------------------------------------------------ reading
@@ -131,7 +132,17 @@ def read_run(workdir: str, arm: str, seed: int, warm_workdir: str = "") -> RunRe
                     read_teacher_gap(workdir),
                     read_teacher_gap(warm_workdir) if warm_workdir else None,
                     provenance.read(workdir),
-                    provenance.read(warm_workdir) if warm_workdir else None, warm_workdir)
+                    provenance.read(warm_workdir) if warm_workdir else None, warm_workdir,
+                    mini_batch_size=_mini_batch_size(workdir))
+
+
+def _mini_batch_size(workdir: str) -> int | None:
+  """`rl.mini_batch_size` of the config a run wrote to its workdir, or None."""
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      return int(json.load(f)["rl"]["mini_batch_size"])
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
 
 
 def warm_start_computation(out: str, seed: int, warm_start: str,
@@ -498,22 +509,41 @@ def learning_lines(results: dict[str, list[RunResults]]) -> list[str]:
   return lines
 
 
+def _total(run: RunResults, key: str) -> float:
+  """A train figure summed over a run's iterations (0 where it was not recorded)."""
+  return float(sum(r.get(key, 0) for r in run.train.values()))
+
+
+def optimizer_steps(run: RunResults) -> float | None:
+  """The optimizer steps a run took: its mini-batches (batch rows, padding included, over
+  `rl.mini_batch_size`) less those without signal (`update_empty`) and those skipped as
+  non-finite (`update_skipped`); None without the figures."""
+  if run.mini_batch_size is None or not all("batch_rows" in r for r in run.train.values()):
+    return None
+  mini_batches = (_total(run, "batch_rows") + _total(run, "batch_padding_rows")) \
+      / run.mini_batch_size
+  return mini_batches - _total(run, "update_empty") - _total(run, "update_skipped")
+
+
 def signal_lines(results: dict[str, list[RunResults]]) -> list[str]:
-  """How often GRPO had nothing to learn from: groups whose advantages were all zero, and
-  the optimizer steps skipped for want of any signal (`rl.skip_zero_advantage_groups`)."""
-  def total(run: RunResults, key: str) -> float:
-    return float(sum(r.get(key, 0) for r in run.train.values()))
+  """How often GRPO had nothing to learn from: groups whose advantages were all zero, the
+  optimizer steps skipped for want of any signal (`rl.skip_zero_advantage_groups`), and
+  the steps taken (an arm with an OPD term steps where GRPO has nothing: more steps)."""
   lines = ["", "## Groups without a GRPO signal", "",
            "Per run: groups whose episodes all scored the same (zero advantages), per "
-           "iteration, and the mini-batch steps with nothing to learn from (skipped with "
-           "`rl.skip_zero_advantage_groups`), over the whole run.", "",
-           "| arm | zero-advantage groups per iteration | mini-batch steps skipped |",
-           "|---|---|---|"]
+           "iteration; the mini-batch steps with nothing to learn from (skipped with "
+           "`rl.skip_zero_advantage_groups`) and the optimizer steps taken, over the whole "
+           "run. An arm with an OPD term steps on mini-batches that hold no GRPO signal "
+           "(`rl.spread_outcome_rows` deals the signal over every mini-batch).", "",
+           "| arm | zero-advantage groups per iteration | mini-batch steps skipped | "
+           "optimizer steps |",
+           "|---|---|---|---|"]
   for arm, runs in results.items():
     runs = [run for run in runs if run.train]
-    per_iteration = [total(r, "batch_zero_advantage_groups") / len(r.train) for r in runs]
+    per_iteration = [_total(r, "batch_zero_advantage_groups") / len(r.train) for r in runs]
     lines.append(f"| {arm} | {_fmt(per_iteration, 2)} | "
-                 f"{_fmt([total(r, 'update_empty') for r in runs], 1)} |")
+                 f"{_fmt([_total(r, 'update_empty') for r in runs], 1)} | "
+                 f"{_fmt([optimizer_steps(r) for r in runs], 1)} |")
   return lines
 
 
