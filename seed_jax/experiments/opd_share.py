@@ -31,7 +31,6 @@ import numpy as np
 
 from seed_jax.parallel import hosts
 from seed_jax.parallel.mesh import in_mesh
-from seed_jax.seed.packing import max_segment_len
 from seed_jax.seed.train_step import make_loss_and_grad_fn
 from seed_jax.train.tasks import TaskIterator
 
@@ -98,8 +97,7 @@ def first_mini_batches(trainer) -> tuple[list[dict[str, np.ndarray]], int | None
   trajs, _ = trainer.rollout(first, 0)
   trainer.attach_skills(trajs)
   batch, _ = trainer.scored_batch(trajs)
-  window = max_segment_len(batch) if spec.rl.pack_rows else None
-  minis = trainer.mini_batches(batch)
+  minis, window = trainer.mini_batches(batch)
   # A mini-batch without a skill row has no OPD term to compare.
   return [m for m in minis if np.any(np.asarray(m["opd_mask"]) > 0)], window
 

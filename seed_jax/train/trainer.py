@@ -570,8 +570,7 @@ class Trainer:
           trajectory_gate_stats(trajs, batch, teacher, beta),
           trajectory_token_gaps(trajs, batch, teacher, beta, actions))]
     steps: list[dict[str, Any]] = []
-    minis = self.mini_batches(batch)
-    window = max_segment_len(batch) if spec.rl.pack_rows else None
+    minis, window = self.mini_batches(batch)
     fill = [token_fill(mini) for mini in minis]
     silent = 0  # mini-batches with no row any loss term counts: the step would not update
     for mini in hosts.progress(minis, desc="update", unit="mini-batch", leave=False):
@@ -600,11 +599,17 @@ class Trainer:
       batch["ref_logprobs"] = self.score_rows(self._reference_params(), batch, "student")
     return batch, bstats
 
-  def mini_batches(self, batch: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    """The optimizer steps' batches: `rl.mini_batch_size` rows each, or with
-    `rl.pack_rows` those rows packed into sequences (`seed_jax.seed.packing`), every
-    mini-batch at the same widths so that the step compiles once an iteration. With
-    `rl.spread_outcome_rows` the rows are first put in `spread_row_order`."""
+  def mini_batches(self, batch: dict[str, np.ndarray]
+                   ) -> tuple[list[dict[str, np.ndarray]], int | None]:
+    """The optimizer steps' batches and the train step's attention window.
+
+    Returns:
+      (`rl.mini_batch_size` rows each, or with `rl.pack_rows` those rows packed into
+      sequences (`seed_jax.seed.packing`), every mini-batch at the same widths so that the
+      step compiles once an iteration; with `rl.spread_outcome_rows` the rows are first
+      put in `spread_row_order`. The window: how far back a packed turn's keys reach
+      (`max_segment_len`), None for unpacked rows.)
+    """
     size = self.spec.rl.mini_batch_size
     rows = batch["advantages"].shape[0]
     if self.spec.rl.spread_outcome_rows:
@@ -613,12 +618,12 @@ class Trainer:
     minis = [{k: v[start:start + size] for k, v in batch.items()}
              for start in range(0, rows, size)]
     if not self.spec.rl.pack_rows:
-      return minis
+      return minis, None
     plans = [plan_packing(mini, self.spec.rl.sequences_per_mini_batch) for mini in minis]
     widths = packed_widths(plans, self.spec.batch.prompt_bucket,
                            shared=self.spec.batch.shared_prompt_len)
     return [pack_batch(mini, plan, widths, self.tokenizer.pad_id)
-            for mini, plan in zip(minis, plans)]
+            for mini, plan in zip(minis, plans)], max_segment_len(batch)
 
   @property
   def batch_config(self) -> BatchConfig:

@@ -43,7 +43,8 @@ def test_spreading_the_outcome_rows_gives_every_mini_batch_a_grpo_signal(
   spec = tiny_spec(tiny_model, "seed", **{"rl.mini_batch_size": 4, "rl.micro_batch_size": 4,
                                           "rl.spread_outcome_rows": spread})
   trainer = Trainer(spec, str(tmp_path / "run"))
-  minis = trainer.mini_batches(_batch([1, 1, 1, 1, 0, 0, 0, 0]))
+  minis, window = trainer.mini_batches(_batch([1, 1, 1, 1, 0, 0, 0, 0]))
+  assert window is None  # rows not packed
   assert [int(m["outcome_mask"].sum()) for m in minis] == signal_per_mini
   assert sorted(np.concatenate([m["row_id"] for m in minis]).tolist()) == list(range(8))
   assert [_has_signal(m, False) for m in minis] == [True, bool(spread)]
