@@ -604,11 +604,11 @@ class Trainer:
     """The optimizer steps' batches and the train step's attention window.
 
     Returns:
-      (`rl.mini_batch_size` rows each, or with `rl.pack_rows` those rows packed into
-      sequences (`seed_jax.seed.packing`), every mini-batch at the same widths so that the
-      step compiles once an iteration; with `rl.spread_outcome_rows` the rows are first
-      put in `spread_row_order`. The window: how far back a packed turn's keys reach
-      (`max_segment_len`), None for unpacked rows.)
+      (mini_batches, window). mini_batches: `rl.mini_batch_size` rows each (with
+      `rl.spread_outcome_rows` taken in `spread_row_order`), or with `rl.pack_rows` those
+      rows packed into sequences (`seed_jax.seed.packing`), every mini-batch at the same
+      widths so that the step compiles once an iteration. window: how far back a packed
+      turn's keys reach (`max_segment_len`); None for unpacked rows.
     """
     size = self.spec.rl.mini_batch_size
     rows = batch["advantages"].shape[0]
