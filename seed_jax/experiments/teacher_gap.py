@@ -360,4 +360,10 @@ def format_table(result: dict[str, Any]) -> str:
               f"{_cell(update['outcome_norm'], '{:.4g}')}), cosine "
               f"{_cell(update['cosine'], signed=True)}; at lambda_opd 1 |G_opd| would be "
               f"{_cell(update['opd_norm_per_lambda'], '{:.4g}')}"]
+    if update.get("decision_share") is not None:
+      lines += [f"Where OPD pulls: the decision tokens ("
+                f"{_cell(update['decision_token_share'], '{:.1%}')} of its tokens) carry "
+                f"|G_decision| / |G_opd| {_cell(update['decision_share'], '{:.3f}')} "
+                f"(|G_decision| {_cell(update['opd_decision_norm'], '{:.4g}')}, the other "
+                f"tokens' {_cell(update['opd_rest_norm'], '{:.4g}')})"]
   return "\n".join(lines)

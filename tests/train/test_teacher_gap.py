@@ -67,6 +67,11 @@ def test_the_token_gap_splits_the_action_span_from_the_rest(result):
                                       "opd_norm_per_lambda": 0.2}}
   assert ("3 mini-batches, 1 of them OPD alone): |G_opd| / |G_outcome| 0.0040"
           in teacher_gap.format_table(with_update))
+  assert "Where OPD pulls" not in teacher_gap.format_table(with_update)
+  with_update["update"].update({"decision_share": 0.25, "decision_token_share": 0.056,
+                                "opd_decision_norm": 0.0005, "opd_rest_norm": 0.0018})
+  assert ("the decision tokens (5.6% of its tokens) carry |G_decision| / |G_opd| 0.250"
+          in teacher_gap.format_table(with_update))
 
 
 def test_the_decision_part_alone_plays_no_episode(tiny_model, tmp_path):
