@@ -14,10 +14,11 @@ Figures per mini-batch: `outcome_norm = |G_outcome|`, `opd_norm = |G_opd|` and t
 way the outcome does); `opd_only` counts the mini-batches where the OPD term is the whole
 step (every group's episodes scored alike, so `rl.skip_zero_advantage_groups` leaves no
 outcome token). The KL term's reference is the weights measured, as at the start of RL
-(its gradient is then zero). Gradient clipping and AdamW scale the sum, not its parts, so the share is about the OPD term's share of the step
-(AdamW's per-coordinate scale can weigh it more or less; momentum favours the term whose
-direction persists across steps). `opd_norm / lambda_opd` is the term's gradient at weight
-1: how far `lambda_opd` would have to rise for the teacher to pull as hard as the outcome.
+(its gradient is then zero). Gradient clipping and AdamW scale the sum, not its parts, so
+the share is about the OPD term's share of the step (AdamW's per-coordinate scale can
+weigh it more or less; momentum favours the term whose direction persists across steps).
+`opd_norm / lambda_opd` is the term's gradient at weight 1: how far `lambda_opd` would
+have to rise for the teacher to pull as hard as the outcome.
 
 Where in the response does the OPD term pull? Its gradient is split once more, into the
 part of the decision tokens (where the response first names its action:
