@@ -114,7 +114,7 @@ def make_split_gradient_fn(graphdef, train_step_cfg, mesh=None) -> Callable:
     return {**mini, "outcome_mask": jnp.zeros_like(mini["advantages"])}
 
   def opd_tokens(mini):  # the OPD term's token-mean denominator (the train step's)
-    return jnp.sum(mini["response_mask"] * losses.per_token(mini["opd_mask"]))
+    return jnp.sum(losses.opd_token_mask(mini))
 
   def figures(params, mini, decision_mini=None, max_segment_len=None):
     grad_opd = grad_whole(params, opd_only(mini), max_segment_len)[1]

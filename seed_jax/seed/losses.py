@@ -135,14 +135,20 @@ def outcome_token_mask(batch: dict[str, Array]) -> Array:
   return mask
 
 
+def opd_token_mask(batch: dict[str, Array]) -> Array:
+  """`[B, R]` float32: the response tokens of the rows with a valid skill (`opd_mask`),
+  where the OPD term counts; its sum is the term's token-mean denominator."""
+  return batch["response_mask"].astype(jnp.float32) * per_token(
+      batch["opd_mask"]).astype(jnp.float32)
+
+
 def signal_tokens(batch: dict[str, Array], with_opd: bool) -> Array:
   """How many response tokens some loss term counts: the outcome tokens and, with OPD on,
   the tokens of rows with a skill (each token once). Zero means an update would have
   nothing to follow (`train_step.apply_gradients` then leaves the state as it is)."""
   counted = outcome_token_mask(batch)
   if with_opd:
-    skill = batch["response_mask"].astype(jnp.float32) * per_token(batch["opd_mask"])
-    counted = jnp.maximum(counted, skill.astype(jnp.float32))
+    counted = jnp.maximum(counted, opd_token_mask(batch))
   return jnp.sum(counted)
 
 
@@ -168,7 +174,6 @@ def seed_loss_sums(
     a flat dict of scalar sums (keys ending `_sum`) and counts (`tokens`, `opd_tokens`)
     plus max/min reducers (keys ending `_max` / `_min`) and `gate_hist [gate_bins]`.
   """
-  response_mask = batch["response_mask"].astype(jnp.float32)
   mask = outcome_token_mask(batch)
   advantages = per_token(batch["advantages"])
   out = {"tokens": jnp.sum(mask)}
@@ -184,7 +189,7 @@ def seed_loss_sums(
   if ref_logprobs is not None:
     out["kl_sum"] = jnp.sum(k3_kl(logprobs, ref_logprobs, cfg.kl_clamp) * mask)
   if teacher_logprobs is not None:
-    opd_mask = response_mask * per_token(batch["opd_mask"]).astype(jnp.float32)
+    opd_mask = opd_token_mask(batch)
     term, gate, delta = opd_token_terms(logprobs, teacher_logprobs, cfg.beta_opd)
     active = opd_mask > 0
     out["opd_tokens"] = jnp.sum(opd_mask)

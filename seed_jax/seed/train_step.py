@@ -242,9 +242,8 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
     if loss_cfg.lambda_opd and needed not in batch:
       raise ValueError(f"lambda_opd > 0 with teacher_mode={cfg.teacher_mode!r} needs "
                        f"batch[{needed!r}]; set lambda_opd=0 for plain GRPO")
-    mask = batch["response_mask"].astype(jnp.float32)
     tokens = jnp.sum(losses.outcome_token_mask(batch))
-    opd_tokens = jnp.sum(mask * losses.per_token(batch["opd_mask"]))
+    opd_tokens = jnp.sum(losses.opd_token_mask(batch))
     k = cfg.micro_batches
     micro_step_at = functools.partial(micro_step, max_segment_len=max_segment_len)  # static
     if k == 1:

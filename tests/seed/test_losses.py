@@ -290,3 +290,21 @@ def test_an_update_counts_its_steps_without_signal():
   steps = [dict(_step_outputs(_inputs(seed), cfg, 1.0), update_empty=empty)
            for seed, empty in ((0, 1.0), (1, 0.0), (2, 1.0))]
   assert update_metrics(steps, cfg)["update_empty"] == 2.0
+
+
+def test_the_token_masks_count_response_tokens_of_the_rows_each_term_keeps():
+  """Outcome terms: the response tokens of rows with `outcome_mask` 1; OPD: those of rows
+  with a skill. A per-row flag given per token (packed sequences) reads the same."""
+  _, _, batch, _, _ = _inputs(5)
+  outcome = np.array([1, 0, 1, 0], np.float32)
+  want_outcome = batch["response_mask"] * outcome[:, None]
+  want_opd = batch["response_mask"] * batch["opd_mask"][:, None]
+  per_row = {k: jnp.asarray(v) for k, v in dict(batch, outcome_mask=outcome).items()}
+  per_tok = dict(per_row, outcome_mask=jnp.asarray(np.repeat(outcome[:, None], R, axis=1)),
+                 opd_mask=jnp.asarray(np.repeat(batch["opd_mask"][:, None], R, axis=1)))
+  for rows in (per_row, per_tok):
+    np.testing.assert_array_equal(losses.outcome_token_mask(rows), want_outcome)
+    np.testing.assert_array_equal(losses.opd_token_mask(rows), want_opd)
+    assert float(losses.signal_tokens(rows, with_opd=False)) == want_outcome.sum()
+    assert float(losses.signal_tokens(rows, with_opd=True)) == np.maximum(
+        want_outcome, want_opd).sum()
