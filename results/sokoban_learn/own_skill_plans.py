@@ -9,7 +9,10 @@ episode's outcome: the plan equal to the solution, and its first move equal to t
 solution's first move (4 moves: 25% by chance). And what group hindsight
 (`analyzer.group_hindsight`, the `seed_group` arm) gives a failed episode whose group of
 the same puzzle holds a won one: the plan of that won sibling (the fewest steps), on the
-same two measures (`failed_with_won_sibling`). Prints one JSON line per run.
+same two measures (`failed_with_won_sibling`). And per iteration, the plan the policy wrote
+most often for its failed episodes, its share of them, their number and the puzzles they
+played (`failed_modal_plan`: one plan for the failures of several puzzles says the plans
+stopped depending on the puzzle). Prints one JSON line per run.
 """
 
 from __future__ import annotations
@@ -49,7 +52,10 @@ def main(run_dirs: list[str]) -> None:
   for run in run_dirs:
     # won -> [skills, plan equal, first equal]; "sibling" -> the won sibling's plan
     counts = {True: [0, 0, 0], False: [0, 0, 0], "sibling": [0, 0, 0]}
+    modal = {}  # iteration -> [the failed episodes' most frequent plan, its share, their
+    # number, the puzzles they played]
     for path in glob.glob(os.path.join(run, "analysis", "iter_*.jsonl")):
+      failed_plans, failed_puzzles = collections.Counter(), set()
       groups = collections.defaultdict(list)
       with open(path) as f:
         for line in f:
@@ -60,6 +66,9 @@ def main(run_dirs: list[str]) -> None:
                       key=lambda r: r["num_steps"])
         for record in group:
           if record.get("skill"):
+            if not record["won"]:
+              failed_plans[" ".join(STEP.findall(record["skill"]))] += 1
+              failed_puzzles.add(record["task_id"])
             c = counts[bool(record["won"])]
             c[0] += 1
             for k, hit in enumerate(score(STEP.findall(record["skill"]), record["task_id"])):
@@ -69,11 +78,17 @@ def main(run_dirs: list[str]) -> None:
             c[0] += 1
             for k, hit in enumerate(score(STEP.findall(wins[0]["skill"]), record["task_id"])):
               c[k + 1] += hit
+      if failed_plans:
+        plan, n = failed_plans.most_common(1)[0]
+        iteration = int(re.search(r"iter_(\d+)\.jsonl$", path).group(1))
+        total = sum(failed_plans.values())
+        modal[iteration] = [plan, round(n / total, 3), total, len(failed_puzzles)]
     names = {True: "won", False: "failed", "sibling": "failed_with_won_sibling"}
     print(json.dumps({"run": run, **{
         names[key]: {"skills": n, "plan_is_solution": round(eq / n, 3),
                      "first_move_is_solution": round(first / n, 3)}
-        for key, (n, eq, first) in counts.items() if n}}))
+        for key, (n, eq, first) in counts.items() if n},
+        "failed_modal_plan": dict(sorted(modal.items()))}))
 
 
 if __name__ == "__main__":
