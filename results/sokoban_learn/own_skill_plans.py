@@ -66,12 +66,13 @@ def main(run_dirs: list[str]) -> None:
                       key=lambda r: r["num_steps"])
         for record in group:
           if record.get("skill"):
+            plan = STEP.findall(record["skill"])
             if not record["won"]:
-              failed_plans[" ".join(STEP.findall(record["skill"]))] += 1
+              failed_plans[" ".join(plan)] += 1
               failed_puzzles.add(record["task_id"])
             c = counts[bool(record["won"])]
             c[0] += 1
-            for k, hit in enumerate(score(STEP.findall(record["skill"]), record["task_id"])):
+            for k, hit in enumerate(score(plan, record["task_id"])):
               c[k + 1] += hit
           if not record["won"] and wins:
             c = counts["sibling"]
