@@ -764,6 +764,35 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
           "-0.500 ± 0.000 | -0.500 ± 0.000 | 1.000 ± 0.000 | 1.000 ± 0.000 |") in page
 
 
+def test_the_page_pairs_each_arm_with_an_opd_term_with_no_opd_the_term_alone(tmp_path):
+  out = str(tmp_path)
+  finals = {"no_opd": (0.25, 0.5), "seed_oracle": (0.5, 1.0), "seed": (0.25, 0.25),
+            "grpo": (0.5, 0.5)}
+  for arm, by_seed in finals.items():
+    for seed, final in enumerate(by_seed):
+      write_run(f"{out}/{arm}/seed{seed}", [0.5], {1: final}, final=final)
+  page = aggregate.results_markdown(
+      aggregate.read_experiment(out, list(finals), [0, 1]))
+  opd_section = page.split("## What the OPD term does")[1].split("\n## ")[0]
+  # Differences from no_opd: seed_oracle 0.25 and 0.5 (mean 0.375, sd 0.1768; t(0.975, 1)
+  # = 12.706: half-width 12.706 * 0.1768 / sqrt(2) = 1.588); seed 0 and -0.25.
+  assert ("| seed_oracle - no_opd | final valid_unseen success | 2 | +0.375 | "
+          "[-1.213, +1.963] | no |") in opd_section
+  assert ("| seed - no_opd | final valid_unseen success | 2 | -0.125 | [-1.713, +1.463] | "
+          "no |") in opd_section
+  # Only the arms with an OPD term: grpo and no_opd itself are not differenced here.
+  assert "grpo -" not in opd_section and "no_opd - no_opd" not in opd_section
+  assert "| no_opd - grpo | final valid_unseen success |" in page  # the grpo pairing stays
+
+
+def test_a_page_without_no_opd_has_no_opd_term_pairing(tmp_path):
+  out = str(tmp_path)
+  for arm in ("seed", "grpo"):
+    write_run(f"{out}/{arm}/seed0", [0.5], {1: 0.5}, final=0.5)
+  page = aggregate.results_markdown(aggregate.read_experiment(out, ["seed", "grpo"], [0]))
+  assert "## What the OPD term does" not in page
+
+
 def test_the_page_counts_the_optimizer_steps_each_run_took(tmp_path):
   """Mini-batches are the batch's rows with their padding over `rl.mini_batch_size`; a
   step is taken on each but those without signal and those skipped as non-finite."""

@@ -23,11 +23,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from seed_jax import provenance
-from seed_jax.experiments.arms import BC, STAGE1
+from seed_jax.experiments.arms import BC, STAGE1, get_arm
 from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, cpu_per_wall, log_path,
                                        warm_start_workdir)
 from seed_jax.experiments.stats import curve_mean, mean_std, paired_difference, pooled_rate
 from seed_jax.metrics import read_metrics
+from seed_jax.train.algorithms import get_algorithm
 
 HELD_OUT = "valid_unseen"  # unseen floor plans: the comparison's held-out split
 OTHER_SPLITS = ("valid_seen", "train")  # shown too when a run evaluated them
@@ -339,6 +340,9 @@ GAP_COLUMNS = (("teacher gap, action block", "gap_action_delta_mean"),
 
 
 BASELINE = "grpo"  # the arm every other arm is paired against, when the experiment has it
+# The arm with the same stage-1 weights as the SEED arms and no OPD term: an OPD arm minus
+# it is what the distillation term does, the rest of the recipe held fixed.
+OPD_BASELINE = "no_opd"
 
 # The figures compared between paired runs: (name, run -> figure or None).
 PAIRED_FIGURES: tuple[tuple[str, Callable[[RunResults], float | None]], ...] = (
@@ -354,36 +358,56 @@ def _finished_by_seed(runs: Sequence[RunResults]) -> dict[int, RunResults]:
   return {run.seed: run for run in runs if run.summary is not None}
 
 
-def paired_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE) -> list[str]:
-  """Every other arm minus `baseline`, per figure, over the seeds both finished: the mean
+def _has_opd_term(arm: str) -> bool:
+  return get_algorithm(get_arm(arm).algorithm).opd
+
+
+def _paired_rows(results: dict[str, list[RunResults]], arm: str, baseline: str) -> list[str]:
+  """`arm` minus `baseline`, per figure, over the seeds both finished: the mean
   difference, its paired 95% t interval and whether the interval excludes zero."""
-  if baseline not in results:
-    return []
-  base = _finished_by_seed(results[baseline])
-  lines = ["", f"## Each arm minus {baseline}, paired over seeds", "",
-           "Per seed the same warm start, games and sampling seeds; the interval is the "
-           "Student-t 95% interval of the mean per-seed difference (n - 1 degrees of "
-           "freedom; none with one seed). Areas under the curves are over training "
-           "episodes, divided by their width: a mean success rate.", "",
-           "| difference | figure | seeds | mean | 95% interval | excludes 0 |",
-           "|---|---|---|---|---|---|"]
-  for arm in results:
-    if arm == baseline:
-      continue
-    runs = _finished_by_seed(results[arm])
-    for name, figure in PAIRED_FIGURES:
-      pairs = [(figure(runs[s]), figure(base[s])) for s in sorted(set(runs) & set(base))]
-      pairs = [(a, b) for a, b in pairs if _is_number(a) and _is_number(b)]
-      diff = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
-      interval = (f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n > 1 else "-")
-      mean = f"{diff.mean:+.3f}" if diff.n else "-"
-      excludes = "-" if diff.n < 2 else "yes" if diff.excludes_zero else "no"
-      if diff.n > 1 and abs(diff.high - diff.low) < 1e-9:  # equal up to float rounding
-        # A zero-width interval: the seeds agree exactly (a coarse figure, few seeds), which
-        # estimates no spread; a reader must not take it for a tight interval.
-        excludes += " (every seed the same difference: no spread)"
-      lines.append(f"| {arm} - {baseline} | {name} | {diff.n} | {mean} | {interval} | "
-                   f"{excludes} |")
+  base, runs = _finished_by_seed(results[baseline]), _finished_by_seed(results[arm])
+  rows = []
+  for name, figure in PAIRED_FIGURES:
+    pairs = [(figure(runs[s]), figure(base[s])) for s in sorted(set(runs) & set(base))]
+    pairs = [(a, b) for a, b in pairs if _is_number(a) and _is_number(b)]
+    diff = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+    interval = (f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n > 1 else "-")
+    mean = f"{diff.mean:+.3f}" if diff.n else "-"
+    excludes = "-" if diff.n < 2 else "yes" if diff.excludes_zero else "no"
+    if diff.n > 1 and abs(diff.high - diff.low) < 1e-9:  # equal up to float rounding
+      # A zero-width interval: the seeds agree exactly (a coarse figure, few seeds), which
+      # estimates no spread; a reader must not take it for a tight interval.
+      excludes += " (every seed the same difference: no spread)"
+    rows.append(f"| {arm} - {baseline} | {name} | {diff.n} | {mean} | {interval} | "
+                f"{excludes} |")
+  return rows
+
+
+_PAIRED_HEADER = ["| difference | figure | seeds | mean | 95% interval | excludes 0 |",
+                  "|---|---|---|---|---|---|"]
+
+
+def paired_lines(results: dict[str, list[RunResults]]) -> list[str]:
+  """Every other arm minus `BASELINE`, and each arm with an OPD term minus `OPD_BASELINE`
+  (the same stage-1 start, the term alone), per figure, paired over seeds."""
+  lines = []
+  if BASELINE in results:
+    lines += ["", f"## Each arm minus {BASELINE}, paired over seeds", "",
+              "Per seed the same warm start, games and sampling seeds; the interval is the "
+              "Student-t 95% interval of the mean per-seed difference (n - 1 degrees of "
+              "freedom; none with one seed). Areas under the curves are over training "
+              "episodes, divided by their width: a mean success rate.", ""] + _PAIRED_HEADER
+    for arm in results:
+      if arm != BASELINE:
+        lines += _paired_rows(results, arm, BASELINE)
+  opd_arms = [a for a in results if a != OPD_BASELINE and _has_opd_term(a)]
+  if OPD_BASELINE in results and opd_arms:
+    lines += ["", f"## What the OPD term does: each SEED arm minus {OPD_BASELINE}", "",
+              f"{OPD_BASELINE} starts RL from the same stage-1 weights as the SEED arms and "
+              "runs the same GRPO without the OPD term, so each difference is the term's "
+              "(with its skill source); paired and computed as above.", ""] + _PAIRED_HEADER
+    for arm in opd_arms:
+      lines += _paired_rows(results, arm, OPD_BASELINE)
   return lines
 
 
