@@ -124,6 +124,10 @@ def get_base_config() -> ml_collections.ConfigDict:
       # on with OPD alone (seed_jax/seed/batch.py: spread_row_order); off in the paper.
       spread_outcome_rows=False,
       logprob_chunk=512,
+      # A turn row's prompt part is the batch's longest prompt rounded up to a multiple of
+      # this (few compiled shapes; 128 tiles a TPU's matrix units). Short prompts waste
+      # less padding with a smaller bucket (a 160-token prompt: 256 at 128, 160 at 32).
+      prompt_bucket=_BATCH.prompt_bucket,
       # 0: one row per turn (prompt left-padded, response right-padded). k > 0: the turns
       # of a mini-batch packed end to end into mini_batch_size / k sequences, so padding
       # costs no FLOPs in the update (seed_jax/seed/packing.py); must divide

@@ -323,6 +323,9 @@ def _env_spec(config: ml_collections.ConfigDict) -> EnvSpec:
     if not (env.task_types and all(t in known for t in env.task_types)):
       raise ConfigError(f"config.env.task_types: a non-empty selection of {known}, "
                         f"got {env.task_types!r}")
+  if "prompt_style" in env and env.prompt_style not in module.PROMPT_STYLES:
+    raise ConfigError(f"config.env.prompt_style: one of {tuple(module.PROMPT_STYLES)}, got "
+                      f"{env.prompt_style!r}")
   if "solvable_within" in env and not positive_int(env.solvable_within):
     raise ConfigError("config.env.solvable_within: a positive number of expert steps, got "
                       f"{env.solvable_within!r}")
@@ -412,7 +415,8 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
   batch = _build(BatchConfig, config, {
       "response_len": "rollout.max_new_tokens", "invalid_penalty": "rl.invalid_penalty",
       "norm_by_std": "rl.normalize_std", "advantage_mode": "rl.advantage_mode",
-      "skip_zero_advantage_groups": "rl.skip_zero_advantage_groups"},
+      "skip_zero_advantage_groups": "rl.skip_zero_advantage_groups",
+      "prompt_bucket": "rl.prompt_bucket"},
       # Teacher prompts are longer by the skill block: room for it beyond the prompt cut.
       max_prompt_len=rollout.max_prompt_tokens + 256, rows_multiple=rl.mini_batch_size,
       shared_prompt_len=opd and train_step.teacher_mode == "joint")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from seed_jax.envs.agent_format import ParsedAction, Turn
 from seed_jax.envs.sokoban import env as sokoban_env
 from seed_jax.envs.sokoban import generator
 from seed_jax.envs.sokoban.generator import Board
+from seed_jax.envs.sokoban.prompt import SokobanFormat
 
 sokoban = registry.get_env_module("sokoban")
 
@@ -144,6 +146,30 @@ def test_prompt_shows_rules_history_and_actions():
   assert "Observation 2" in prompt and "Observation 3" in prompt and "Observation 1" not in prompt
   assert "step 4" in prompt and '"left"' in prompt and "<action>" in prompt
   assert agent_format.stop_strings == ("</action>",)
+
+
+def test_the_compact_prompt_says_the_same_in_under_half_the_text():
+  """The compact style keeps the board, the legend of every symbol, the rule that boxes
+  are never pulled, the goal sentence H puts a skill after, the step and the actions."""
+  settings = sokoban.default_config()
+  full = sokoban.make_agent_format(settings)
+  settings.prompt_style = "compact"
+  compact = sokoban.make_agent_format(settings)
+  board = "######\n#_P###\n#_X###\n#____#\n#_O#_#\n######"
+  args = ("", [], board, ["up", "down", "left", "right"], 3)
+  short, long = compact.render(*args), full.render(*args)
+  for symbol in ("#: wall", "_: floor", "O: target", "X: box", "√: box on a target", "P: you",
+                 "S: you on a target"):
+    assert symbol in short
+  assert board in short and "Step 3" in short and '"left"' in short and "<action>" in short
+  assert "never pulled" in short
+  assert re.search(compact.task_line_pattern, short)
+  assert len(short) < len(long) / 2
+
+
+def test_an_unknown_prompt_style_is_refused():
+  with pytest.raises(ValueError, match="prompt style: one of"):
+    SokobanFormat(style="terse")
 
 
 def test_parse_takes_the_action_and_requires_think():

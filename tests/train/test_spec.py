@@ -39,7 +39,8 @@ def _field(spec, path):
 
 
 @pytest.mark.parametrize("env,preset", [(env, preset) for env in ENVS for preset in ("", "cpu")]
-                         + [("alfworld", "compare"), ("sokoban", "learn")])
+                         + [("alfworld", "compare"), ("sokoban", "learn"),
+                            ("sokoban", "learn_fast")])
 def test_every_config_and_preset_validates(env, preset):
   config = load(env, preset)
   spec = build_run_spec(config)
@@ -66,6 +67,21 @@ def test_the_distillation_preset_is_the_learning_preset_with_an_opd_term_that_ca
   with distill.unlocked():
     distill.rl.lambda_opd, distill.rl.spread_outcome_rows = 0.01, False
   assert distill.to_dict() == learn.to_dict()
+
+
+def test_the_fast_preset_is_the_distillation_preset_with_cheap_and_more_episodes():
+  """configs/sokoban.py:learn_fast: `:learn_distill` with the compact prompt, turn rows
+  padded to a multiple of 32, 8 puzzles an iteration and 20 iterations; nothing else
+  differs, and the paper preset keeps the full prompt and the 128 bucket."""
+  distill, fast, paper = (load("sokoban", p) for p in ("learn_distill", "learn_fast", ""))
+  cheap = lambda c: (c.env.prompt_style, c.rl.prompt_bucket, c.rollout.tasks_per_batch,
+                     c.rl.iterations, c.eval.every)
+  assert cheap(fast) == ("compact", 32, 8, 20, 10)
+  assert cheap(paper)[:2] == ("full", 128)
+  with fast.unlocked():
+    (fast.env.prompt_style, fast.rl.prompt_bucket, fast.rollout.tasks_per_batch,
+     fast.rl.iterations, fast.eval.every) = cheap(distill)
+  assert fast.to_dict() == distill.to_dict()
 
 
 def test_paper_defaults():
@@ -97,6 +113,7 @@ def test_unknown_preset_lists_the_known_ones():
     ("env.task_types", ("pick_and_place", "make_coffee"), "config.env.task_types"),
     ("env.solvable_within", 0, "config.env.solvable_within"),
     ("rl.advantage_mode", "episode", "config.rl.advantage_mode"),
+    ("rl.prompt_bucket", 0, "config.rl.prompt_bucket: a positive integer"),
     ("rl.micro_batch_size", 5, "config.rl.mini_batch_size: a multiple"),
     ("sft.epochs", -1, "config.sft.epochs"),
     ("bc.learning_rate", 0.0, "config.bc.learning_rate"),
@@ -162,6 +179,12 @@ def test_bad_values_name_the_key(key, value, match):
     build_run_spec(config)
 
 
+def test_an_unknown_sokoban_prompt_style_names_the_key_and_the_styles():
+  config = _set(load("sokoban", "cpu"), "env.prompt_style", "terse")
+  with pytest.raises(ConfigError, match=r"config.env.prompt_style: one of \('full', 'compact'\)"):
+    build_run_spec(config)
+
+
 def test_stage_1_rehearses_only_expert_episodes_the_config_names():
   config = _set(_set(load("sokoban", "cpu"), "sft.rehearsal", 1.0), "bc.episodes", 0)
   with pytest.raises(ConfigError, match="config.sft.rehearsal: rehearses the expert "
@@ -178,6 +201,7 @@ def test_stage_1_rehearses_only_expert_episodes_the_config_names():
     ("model.lora.targets", ("q", "v"), "model.lora_targets"),
     ("rl.skip_zero_advantage_groups", True, "batch.skip_zero_advantage_groups"),
     ("rl.spread_outcome_rows", True, "rl.spread_outcome_rows"),
+    ("rl.prompt_bucket", 32, "batch.prompt_bucket"),
     ("log.wandb", True, "output.wandb"),
     ("log.wandb_group", "cmp", "output.wandb_settings.group"),
     ("mesh.tensor", 2, "mesh.tensor"),

@@ -12,7 +12,7 @@ import ml_collections
 
 from seed_jax.envs import base
 from seed_jax.envs.sokoban.env import SokobanEnv, random_action  # noqa: F401  (play uses it)
-from seed_jax.envs.sokoban.prompt import SokobanFormat
+from seed_jax.envs.sokoban.prompt import PROMPT_STYLES, SokobanFormat
 
 NAME = "sokoban"
 
@@ -33,10 +33,12 @@ def puzzle_settings() -> dict[str, Any]:
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """The puzzle settings, the prompt's history length, and whether infos carry images."""
+  """The puzzle settings, the prompt's history length and style, and whether infos carry
+  images."""
   return ml_collections.ConfigDict({
       **puzzle_settings(),
       "history_length": 2,
+      "prompt_style": "full",  # one of PROMPT_STYLES; "compact": a third of the tokens
       "include_image": False,  # put an RGB rendering in every info under "image"
   })
 
@@ -61,4 +63,4 @@ def make_env(config: ml_collections.ConfigDict, with_expert: bool = False) -> So
 
 def make_agent_format(config: ml_collections.ConfigDict) -> SokobanFormat:
   """The Sokoban prompt and the `<think>/<action>` parser."""
-  return SokobanFormat(history_length=config.history_length)
+  return SokobanFormat(history_length=config.history_length, style=config.prompt_style)
