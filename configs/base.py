@@ -111,6 +111,9 @@ def get_base_config() -> ml_collections.ConfigDict:
       kl_coef=_LOSS.kl_coef,                # k3 ("low_var_kl") to the stage-1 reference
       entropy_coef=_LOSS.entropy_coef,
       beta_opd=_LOSS.beta_opd,
+      # b in the OPD weight `gate - b`: 0 the paper's; 0.5 pulls a token up only where the
+      # teacher prefers it more than the student (seed_jax/seed/losses.py).
+      opd_gate_baseline=_LOSS.opd_gate_baseline,
       lambda_opd=_LOSS.lambda_opd,          # 0: plain GRPO, no analysis, no teacher rows
       invalid_penalty=_BATCH.invalid_penalty,
       teacher_mode=_STEP.teacher_mode,      # precomputed (theta_old, public code) | joint | separate

@@ -38,6 +38,16 @@ def test_seed_runs_twice_with_the_policy_and_with_the_oracle_analyzer_after_stag
   assert seed.warm_start == oracle.warm_start == STAGE1
 
 
+@pytest.mark.parametrize("centered,plain", [("seed_centered", "seed"),
+                                            ("seed_oracle_centered", "seed_oracle")])
+def test_a_centred_arm_is_its_seed_arm_with_the_opd_pull_weighed_by_gate_minus_a_half(
+    centered, plain):
+  arm, base = get_arm(centered), get_arm(plain)
+  assert (arm.algorithm, arm.warm_start) == (base.algorithm, base.warm_start)
+  assert dict(arm.overrides) == {**dict(base.overrides), "rl.opd_gate_baseline": 0.5}
+  check_arm_overrides(arm)  # the warm start every arm of a seed shares stays shareable
+
+
 @pytest.mark.parametrize("name,warm_start", [
     ("grpo", BC), ("no_sft", BC), ("seed", STAGE1), ("no_opd", STAGE1),
     ("static_library", STAGE1), ("skill_grpo", LIBRARY)])

@@ -9,6 +9,8 @@ from a warm start computed once for that seed (seed_jax/experiments/jobs.py):
 | `seed`           | seed           | analyzer.backend=policy | stage 1                     |
 | `seed_oracle`    | seed           | analyzer.backend=oracle | stage 1                     |
 | `seed_group`     | seed           | analyzer.backend=policy, analyzer.group_hindsight | stage 1 |
+| `seed_centered`  | seed           | analyzer.backend=policy, rl.opd_gate_baseline=0.5 | stage 1 |
+| `seed_oracle_centered` | seed     | analyzer.backend=oracle, rl.opd_gate_baseline=0.5 | stage 1 |
 | `grpo`           | grpo           | -                       | behaviour cloning           |
 | `no_sft`         | no_sft         | -                       | behaviour cloning           |
 | `no_opd`         | no_opd         | -                       | stage 1                     |
@@ -19,7 +21,11 @@ from a warm start computed once for that seed (seed_jax/experiments/jobs.py):
 trajectories into skills. `seed_oracle` takes its skills from the oracle analyzer at RL time
 (the env expert's plan written as a skill): an upper bound on skill quality. `seed_group`
 is `seed` with group hindsight (not the paper's): a failed trajectory's teacher reads the
-skill the policy wrote for a won sibling of its group (seed_jax/seed/analyzer.py).
+skill the policy wrote for a won sibling of its group (seed_jax/seed/analyzer.py). The
+`_centered` arms weigh each token's OPD pull by `gate - 0.5` instead of `gate` (not the
+paper's; seed_jax/seed/losses.py): the paper's term also pulls up every sampled token by
+about 0.5 where the teacher agrees, a policy gradient without a baseline; centred, it moves
+a token only by what the teacher prefers beyond the student.
 
 Warm starts: `bc` is behaviour cloning (`bc.*`), the same for every arm; `stage1` is stage 1
 (`sft.*`: rollouts of the BC policy, oracle annotations, skill SFT) on top of it, for the
@@ -78,6 +84,13 @@ VARIANTS = {
                                              ("analyzer.group_hindsight", True)),
                       "SEED with group hindsight: a failed trajectory's teacher reads the "
                       "policy's skill of a won sibling in its group"),
+    "seed_centered": Arm("seed_centered", "seed", (("analyzer.backend", "policy"),
+                                                   ("rl.opd_gate_baseline", 0.5)),
+                         "SEED with the OPD pull centred: each token weighed by gate - 0.5"),
+    "seed_oracle_centered": Arm("seed_oracle_centered", "seed",
+                                (("analyzer.backend", "oracle"), ("rl.opd_gate_baseline", 0.5)),
+                                "SEED with the oracle analyzer and the OPD pull centred "
+                                "(gate - 0.5)"),
 }
 
 ARM_NAMES = tuple(VARIANTS) + tuple(a for a in ALGORITHMS if a not in VARIANTS)

@@ -15,7 +15,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from seed_jax.checks import non_negative, positive_int, require
+from seed_jax.checks import non_negative, positive_int, require, unit_interval
 
 Array = jax.Array
 
@@ -35,6 +35,12 @@ class LossConfig:
     entropy_coef: entropy bonus, subtracted from the loss (public code 0.001, search 0).
     lambda_opd: weight of the OPD term (paper 0.01; 0 gives plain GRPO).
     beta_opd: gate sharpness in `sigmoid(beta_opd * delta)` (paper 5.0).
+    opd_gate_baseline: b in the OPD weight `gate - b` (paper 0: every sampled token is
+      pulled up by its gate, about 0.5 where the teacher agrees with the student, so the
+      term is also a policy gradient with reward `gate` and no baseline, which sharpens
+      whatever was sampled). At 0.5, the gate where the two agree, a token is pulled up
+      only where the teacher prefers it more than the student does and pushed down where
+      it prefers it less (a variant to test that reading; not the paper's).
     log_ratio_clamp: `lp - old_lp` is clamped to +-this before exp, as verl does, so a
       single badly off token cannot overflow the ratio.
     gate_bins: number of equal bins on [0, 1] of the gate histogram metric.
@@ -47,6 +53,7 @@ class LossConfig:
   entropy_coef: float = 0.001
   lambda_opd: float = 0.01
   beta_opd: float = 5.0
+  opd_gate_baseline: float = 0.0
   log_ratio_clamp: float = 20.0
   gate_bins: int = 10
 
@@ -59,6 +66,7 @@ class LossConfig:
     require(self, "dual_clip", lambda c: c == 0 or (non_negative(c) and c > 1),
             "0 (off) or a bound greater than 1")
     require(self, "gate_bins", positive_int, "a positive integer")
+    require(self, "opd_gate_baseline", unit_interval, "in [0, 1]")
 
 
 def masked_sum(values: Array, mask: Array) -> tuple[Array, Array]:
@@ -103,13 +111,13 @@ def k3_kl(logprobs: Array, ref_logprobs: Array, clamp: float) -> Array:
 
 
 def opd_token_terms(
-    logprobs: Array, teacher_logprobs: Array, beta: float,
+    logprobs: Array, teacher_logprobs: Array, beta: float, gate_baseline: float = 0.0,
 ) -> tuple[Array, Array, Array]:
   """The gated on-policy distillation term per token.
 
   `delta = sg(lp_skill - lp)`, `gate = sigmoid(beta * delta)`,
-  `term = gate * (sg(lp_skill) - lp)`. Only `lp` carries gradient:
-  `d term / d lp = -gate`.
+  `term = (gate - gate_baseline) * (sg(lp_skill) - lp)`. Only `lp` carries gradient:
+  `d term / d lp = -(gate - gate_baseline)` (the paper: baseline 0).
 
   Returns:
     (term, gate, delta): `[B, R]` float32.
@@ -117,7 +125,7 @@ def opd_token_terms(
   teacher = jax.lax.stop_gradient(teacher_logprobs)
   delta = jax.lax.stop_gradient(teacher - logprobs)
   gate = jax.nn.sigmoid(beta * delta)
-  return gate * (teacher - logprobs), gate, delta
+  return (gate - gate_baseline) * (teacher - logprobs), gate, delta
 
 
 def per_token(values: Array) -> Array:
@@ -190,7 +198,8 @@ def seed_loss_sums(
     out["kl_sum"] = jnp.sum(k3_kl(logprobs, ref_logprobs, cfg.kl_clamp) * mask)
   if teacher_logprobs is not None:
     opd_mask = opd_token_mask(batch)
-    term, gate, delta = opd_token_terms(logprobs, teacher_logprobs, cfg.beta_opd)
+    term, gate, delta = opd_token_terms(logprobs, teacher_logprobs, cfg.beta_opd,
+                                         cfg.opd_gate_baseline)
     active = opd_mask > 0
     out["opd_tokens"] = jnp.sum(opd_mask)
     out["opd_sum"] = jnp.sum(term * opd_mask)

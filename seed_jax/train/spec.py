@@ -394,6 +394,7 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
       "clip_low": "rl.clip_ratio_low", "clip_high": "rl.clip_ratio_high",
       "dual_clip": "rl.dual_clip", "kl_coef": "rl.kl_coef",
       "entropy_coef": "rl.entropy_coef", "beta_opd": "rl.beta_opd",
+      "opd_gate_baseline": "rl.opd_gate_baseline",
       "lambda_opd": "rl.lambda_opd"})
   opd = algorithm.opd and loss.lambda_opd > 0
   rl = _build(RLSpec, config, {

@@ -113,6 +113,35 @@ def test_opd_gradient_is_minus_gate_over_count_and_teacher_gets_none():
   np.testing.assert_array_equal(g_teacher, np.zeros_like(teacher))
 
 
+def test_a_gate_baseline_pulls_up_only_what_the_teacher_prefers_more_than_the_student():
+  """`opd_gate_baseline` b: d term / d lp = -(gate - b); at b = 0.5 a token the teacher
+  prefers less than the student (delta < 0) is pushed down, one it prefers more pulled up;
+  the gate metrics stay the gate's."""
+  cfg = losses.LossConfig(kl_coef=0.0, entropy_coef=0.0, lambda_opd=1.0, opd_gate_baseline=0.5)
+  lp, entropy, batch, teacher, _ = _inputs(3)
+  jbatch = {k: jnp.asarray(v) for k, v in batch.items()}
+
+  def opd_only(lp_):
+    sums = losses.seed_loss_sums(lp_, jnp.asarray(entropy), jbatch, jnp.asarray(teacher), None,
+                                 cfg)
+    return sums["opd_sum"] / sums["opd_tokens"], sums
+
+  g_lp, sums = jax.grad(opd_only, has_aux=True)(jnp.asarray(lp))
+  delta = teacher.astype(np.float64) - lp
+  gate = 1 / (1 + np.exp(-cfg.beta_opd * delta))
+  opd_mask = batch["response_mask"] * batch["opd_mask"][:, None]
+  np.testing.assert_allclose(g_lp, -(gate - 0.5) * opd_mask / opd_mask.sum(), rtol=1e-5,
+                             atol=1e-7)
+  active = opd_mask > 0
+  assert np.all(np.sign(np.asarray(g_lp)[active]) == np.sign(delta[active]) * -1)
+  np.testing.assert_allclose(sums["gate_sum"], (gate * opd_mask).sum(), rtol=1e-5)
+
+
+def test_the_gate_baseline_is_a_fraction():
+  with pytest.raises(ValueError, match="opd_gate_baseline: in \\[0, 1\\]"):
+    losses.LossConfig(opd_gate_baseline=1.5)
+
+
 def test_pg_and_kl_gradients_match_numpy():
   cfg = losses.LossConfig(lambda_opd=0.0, entropy_coef=0.0, kl_coef=0.3)
   lp, entropy, batch, _, ref = _inputs(2)

@@ -202,6 +202,7 @@ def test_stage_1_rehearses_only_expert_episodes_the_config_names():
     ("rl.skip_zero_advantage_groups", True, "batch.skip_zero_advantage_groups"),
     ("rl.spread_outcome_rows", True, "rl.spread_outcome_rows"),
     ("rl.prompt_bucket", 32, "batch.prompt_bucket"),
+    ("rl.opd_gate_baseline", 0.5, "train_step.loss.opd_gate_baseline"),
     ("log.wandb", True, "output.wandb"),
     ("log.wandb_group", "cmp", "output.wandb_settings.group"),
     ("mesh.tensor", 2, "mesh.tensor"),
