@@ -106,7 +106,7 @@ def _learn_distill(c):
 
 
 def _learn_fast(c):
-  """`:learn_distill` with episodes a third as dear and four times as many of them.
+  """`:learn_distill` with episodes 2.4x cheaper and four times as many of them.
 
   In `:learn_distill` no arm learned, GRPO included (docs/results.md): 160 episodes a run,
   5-9 an iteration with a GRPO signal, and the training success moved with the 4 puzzles
@@ -116,7 +116,9 @@ def _learn_fast(c):
   tokens: the same legend, rule and goal sentence) and turn rows are padded to a multiple
   of 32 instead of 128 (384 -> 160 prompt positions a row); an iteration draws 8 puzzles
   x 4 episodes and a run takes 20 of them (640 episodes, 4x). The RL pool stays the 64
-  puzzles `:learn` keeps out of cloning, so each recurs about 2.5 times a run.
+  puzzles `:learn` keeps out of cloning, so each recurs about 2.5 times a run. Measured
+  (grpo seed 1, results/sokoban_fast/): 3.74 s of RL an episode against 9.1 s for the same
+  seed in `:learn_distill`; behaviour cloning 19 min.
   """
   _learn_distill(c)
   c.env.prompt_style = "compact"

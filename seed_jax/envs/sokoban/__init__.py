@@ -38,7 +38,7 @@ def default_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({
       **puzzle_settings(),
       "history_length": 2,
-      "prompt_style": "full",  # one of PROMPT_STYLES; "compact": a third of the tokens
+      "prompt_style": "full",  # one of PROMPT_STYLES; "compact": about half the tokens
       "include_image": False,  # put an RGB rendering in every info under "image"
   })
 
