@@ -40,7 +40,14 @@ _COMPACT_RULES = ("Sokoban. #: wall, _: floor, O: target, X: box, √: box on a 
 _COMPACT_ASK = ("Think inside <think> </think>, then give one of [{actions}] inside "
                 "<action> </action>.")
 
-PROMPT_STYLES = ("full", "compact")
+# Per style: the rules, the current-board line (`{step}`, `{observation}`) and the request
+# (`{actions}`).
+_STYLES = {
+    "full": (_RULES.strip(), "You are now at step {step}. The current observation is:\n"
+             "{observation}", _ASK),
+    "compact": (_COMPACT_RULES, "Step {step}:\n{observation}", _COMPACT_ASK),
+}
+PROMPT_STYLES = tuple(_STYLES)
 
 
 class SokobanFormat(AgentFormat):
@@ -57,26 +64,22 @@ class SokobanFormat(AgentFormat):
     if style not in PROMPT_STYLES:
       raise ValueError(f"prompt style: one of {PROMPT_STYLES}, got {style!r}")
     self._history_length = history_length
-    self._compact = style == "compact"
+    self._rules, self._current, self._ask = _STYLES[style]
 
   def render(self, instruction: str, history: list[Turn], observation: str,
              admissible_actions: list[str] | None, step: int) -> str:
     """The user message for turn `step` (1-based: the number of the step about to be taken)."""
     del instruction  # the rules say it all
-    parts = [_COMPACT_RULES if self._compact else _RULES.strip()]
+    parts = [self._rules]
     window = history_window(history, self._history_length)
     if window:
       records = "\n".join(f"[Observation {k}:\n{turn.observation}\nAction {k}: '{turn.action}']"
                           for k, turn in window)
       parts.append(f"Prior to this step you have taken {len(history)} step(s). The most "
                    f"recent {len(window)} observations and the actions you took:\n{records}")
-    if self._compact:
-      parts.append(f"Step {step}:\n{observation}")
-    else:
-      parts.append(f"You are now at step {step}. The current observation is:\n{observation}")
+    parts.append(self._current.format(step=step, observation=observation))
     actions = admissible_actions or ["up", "down", "left", "right"]
-    ask = _COMPACT_ASK if self._compact else _ASK
-    parts.append(ask.format(actions=", ".join(f'"{a}"' for a in actions)))
+    parts.append(self._ask.format(actions=", ".join(f'"{a}"' for a in actions)))
     return "\n\n".join(parts)
 
   def parse(self, response: str) -> ParsedAction:
