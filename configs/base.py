@@ -116,6 +116,9 @@ def get_base_config() -> ml_collections.ConfigDict:
       opd_gate_baseline=_LOSS.opd_gate_baseline,
       lambda_opd=_LOSS.lambda_opd,          # 0: plain GRPO, no analysis, no teacher rows
       invalid_penalty=_BATCH.invalid_penalty,
+      # Charged to a valid step the env says changed nothing (info "action_effective":
+      # a Sokoban move into a wall); 0 in the paper.
+      ineffective_penalty=_BATCH.ineffective_penalty,
       teacher_mode=_STEP.teacher_mode,      # precomputed (theta_old, public code) | joint | separate
       advantage_mode=_BATCH.advantage_mode,  # step (public code) | trajectory
       normalize_std=_BATCH.norm_by_std,     # WebShop uses mean-only advantages

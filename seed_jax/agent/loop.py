@@ -199,10 +199,13 @@ def book_step(episode: Episode, decision: Decision, result: StepResult | None,
 
 def episode_stats(episodes: Sequence[Episode]) -> dict[str, float]:
   """episodes, steps, success, mean_return, invalid_action_rate (over steps), invalid
-  actions, failed_episodes, mean_turns."""
+  actions, ineffective_action_rate (over steps: valid ones the env said changed nothing),
+  ineffective actions, failed_episodes, mean_turns."""
   num_episodes = max(len(episodes), 1)
   num_steps = sum(len(e.steps) for e in episodes)
   invalid = sum(not s.decision.valid for e in episodes for s in e.steps)
+  ineffective = sum(s.decision.valid and not s.info.get("action_effective", True)
+                    for e in episodes for s in e.steps)
   return {
       "episodes": len(episodes),
       "steps": num_steps,
@@ -210,6 +213,8 @@ def episode_stats(episodes: Sequence[Episode]) -> dict[str, float]:
       "mean_return": sum(e.reward for e in episodes) / num_episodes,
       "invalid_actions": invalid,
       "invalid_action_rate": invalid / max(num_steps, 1),
+      "ineffective_actions": ineffective,
+      "ineffective_action_rate": ineffective / max(num_steps, 1),
       "failed_episodes": sum(bool(e.failed) for e in episodes),
       "mean_turns": num_steps / num_episodes,
   }

@@ -26,6 +26,8 @@ REQUIRED_INFO_KEYS = ("won", "action_valid", "admissible_actions", "task_type")
 # Optional info keys with one meaning across envs:
 #   instruction: str           (reset info) the task sentence
 #   expert_action: str         (envs built `with_expert`) the expert's next action
+#   action_effective: bool     (step info) the action changed the env's state (False: a
+#       Sokoban move into a wall or an immovable box); read by `rl.ineffective_penalty`
 #   image: np.ndarray          uint8 `[H, W, 3]`, RGB: what an agent with vision sees now.
 #       An env that has it puts it in every info (reset and step), one image per turn; its
 #       format's prompt marks where it goes with `agent_format.IMAGE_PLACEHOLDER`.

@@ -190,6 +190,7 @@ def _source_entry(source: str, acting, p_expert, skills, token_gap, beta: float,
   entry: dict[str, Any] = {
       "success": stats["success"] if stats else None,
       "invalid_action_rate": stats["invalid_action_rate"] if stats else None,
+      "ineffective_action_rate": stats["ineffective_action_rate"] if stats else None,
       "p_expert": float(p_expert[source].mean()) if source in p_expert else None,
       "skills": 0 if skills is None else sum(s is not None for s in skills.values())}
   if plain is None:

@@ -30,6 +30,9 @@ class StepRecord:
     response_ids: the sampled response token ids (the action tokens).
     sampler_logprobs: `[len(response_ids)]` the sampler's log-probs of those tokens.
     action_valid: whether the parsed action was valid (else the step pays the penalty).
+    action_effective: whether the env said the action changed its state (info
+      "action_effective"; False: a Sokoban move into a wall), which
+      `BatchConfig.ineffective_penalty` may charge.
     teacher_prompt_ids: ids of H(h_t, skill) after the chat template, or None when the
       trajectory has no valid skill (the row then takes no part in OPD).
     observation, response_text: text for the analyzer prompt.
@@ -42,6 +45,7 @@ class StepRecord:
   response_ids: Sequence[int]
   sampler_logprobs: Sequence[float]
   action_valid: bool = True
+  action_effective: bool = True
   teacher_prompt_ids: Sequence[int] | None = None
   observation: str = ""
   response_text: str = ""
@@ -89,6 +93,8 @@ class BatchConfig:
       micro-batches) with rows whose masks are all zero.
     pad_id: id written at padded positions (never used to infer masks).
     invalid_penalty: subtracted from an invalid step's score (paper 0.1, search 0.01).
+    ineffective_penalty: subtracted from the score of a valid step that changed nothing
+      (`StepRecord.action_effective` False; paper 0).
     advantage_mode: "step" (public code) or "trajectory"; see advantages.py.
     norm_by_std: divide by the group std (False for WebShop, as in the public code).
     eps: added to the std (1e-6).
@@ -107,6 +113,7 @@ class BatchConfig:
   shared_prompt_len: bool = True
   pad_id: int = 0
   invalid_penalty: float = 0.1
+  ineffective_penalty: float = 0.0
   advantage_mode: str = "step"
   norm_by_std: bool = True
   eps: float = 1e-6
@@ -117,7 +124,8 @@ class BatchConfig:
   def __post_init__(self):
     require(self, ("response_len", "prompt_bucket", "max_prompt_len", "rows_multiple"),
             positive_int, "a positive integer")
-    require(self, "invalid_penalty", non_negative, "a non-negative number")
+    require(self, ("invalid_penalty", "ineffective_penalty"), non_negative,
+            "a non-negative number")
     require(self, "advantage_mode", one_of(ADVANTAGE_MODES), f"one of {ADVANTAGE_MODES}")
 
 
@@ -164,12 +172,12 @@ def build_batch(
       `teacher_positions [B, 3, Tt]`).
     stats: row, padding, truncation and OPD counts.
   """
+  penalties = adv_lib.step_penalties(
+      [[s.action_valid for s in t.steps] for t in trajectories], cfg.invalid_penalty,
+      [[s.action_effective for s in t.steps] for t in trajectories], cfg.ineffective_penalty)
   step_adv = adv_lib.step_advantages(
-      [t.episode_reward for t in trajectories],
-      [[s.action_valid for s in t.steps] for t in trajectories],
-      [t.group_id for t in trajectories],
-      invalid_penalty=cfg.invalid_penalty, mode=cfg.advantage_mode,
-      norm_by_std=cfg.norm_by_std, eps=cfg.eps)
+      [t.episode_reward for t in trajectories], penalties, [t.group_id for t in trajectories],
+      mode=cfg.advantage_mode, norm_by_std=cfg.norm_by_std, eps=cfg.eps)
   silent = (zero_advantage_groups([t.group_id for t in trajectories], step_adv)
             if cfg.skip_zero_advantage_groups else set())
   steps = [(s, a, float(str(t.group_id) not in silent))

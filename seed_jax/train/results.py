@@ -17,11 +17,13 @@ from seed_jax.seed.batch import Trajectory
 
 def split_results(split: str, tasks: Sequence[Task], trajs: Sequence[Trajectory],
                   stats: dict[str, float]) -> dict[str, float]:
-  """`{split}/success`, `/mean_return`, `/invalid_action_rate`, one success rate per task
+  """`{split}/success`, `/mean_return`, `/invalid_action_rate`, `/ineffective_action_rate`
+  (valid steps that changed nothing, over steps), one success rate per task
   type (for search, the task type is the dataset: exact match per dataset), and the mean of
   every `*_score` the env reported at the end of its episodes (e.g. WebShop's score)."""
   results = {f"{split}/{key}": stats[key]
-             for key in ("success", "mean_return", "invalid_action_rate")}
+             for key in ("success", "mean_return", "invalid_action_rate",
+                         "ineffective_action_rate")}
   for task_type in sorted({t.task_type for t in tasks}):
     won = [traj.won for traj, task in zip(trajs, tasks) if task.task_type == task_type]
     results[f"{split}/{task_type}"] = float(np.mean(won))

@@ -212,11 +212,14 @@ def run_episodes_continuous(pool, tasks: Sequence[Task], policy: ModelPolicy, *,
 
 
 def to_trajectory(episode: Episode) -> Trajectory:
-  """A finished model episode as the batch builder and the analyzer read it."""
+  """A finished model episode as the batch builder and the analyzer read it (each step's
+  record with whether the env said its action changed anything)."""
   return Trajectory(
       task_id=episode.task.task_id, group_id=episode.group_id, traj_id=episode.traj_id,
       won=episode.won, episode_reward=episode.reward,
-      steps=[step.decision.record for step in episode.steps], task=episode.instruction,
+      steps=[dataclasses.replace(step.decision.record,
+                                 action_effective=bool(step.info.get("action_effective", True)))
+             for step in episode.steps], task=episode.instruction,
       info={"goal": episode.instruction, "task_type": episode.task.task_type,
             "failed": episode.failed, **episode.scores})
 

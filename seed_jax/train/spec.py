@@ -415,6 +415,7 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
                      top_p_key="rollout.top_p")
   batch = _build(BatchConfig, config, {
       "response_len": "rollout.max_new_tokens", "invalid_penalty": "rl.invalid_penalty",
+      "ineffective_penalty": "rl.ineffective_penalty",
       "norm_by_std": "rl.normalize_std", "advantage_mode": "rl.advantage_mode",
       "skip_zero_advantage_groups": "rl.skip_zero_advantage_groups",
       "prompt_bucket": "rl.prompt_bucket"},

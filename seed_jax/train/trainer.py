@@ -709,7 +709,8 @@ class Trainer:
     provenance.record_end(self.workdir, final_fingerprint)
     if self.spec.output.plots:
       metrics_lib.plot_curves(self.workdir, {
-          "train": ["success", "mean_return", "invalid_action_rate", "loss", "pg_loss",
+          "train": ["success", "mean_return", "invalid_action_rate",
+                    "ineffective_action_rate", "loss", "pg_loss",
                     "opd_loss", "kl", "entropy", "gate_mean", "gap_action_delta_mean",
                     "gap_rest_delta_mean", "grad_norm",
                     "skill_parse_rate", "time_rollout_s"],

@@ -2,7 +2,9 @@
 
 `LineWorld` is reset to a task whose payload says how far the goal is ("goal") and,
 optionally, at which step its env raises ("crash_at"; 0: at reset). `forward` moves one
-cell toward the goal, `back` one away; anything else is an invalid no-op. Reaching the goal
+cell toward the goal, `back` one away, except at the start, where a wall stands behind
+(the move changes nothing: info "action_effective" false); anything else is an invalid
+no-op. Reaching the goal
 wins 10 and ends the episode. The expert always says `forward`.
 """
 
@@ -40,11 +42,14 @@ class LineWorld:
     if self.task.payload.get("crash_at") == self.steps:
       raise RuntimeError("step crashed")
     valid = action in ACTIONS
+    before = self.position
     if valid:
-      self.position += 1 if action == "forward" else -1
+      self.position = self.position + 1 if action == "forward" else max(self.position - 1, 0)
     won = self.position == self.task.payload["goal"]
     observation = f"at {self.position}" if valid else "Nothing happens."
-    return StepResult(observation, 10.0 if won else 0.0, won, self._info(valid, won))
+    info = self._info(valid, won)
+    info["action_effective"] = self.position != before
+    return StepResult(observation, 10.0 if won else 0.0, won, info)
 
   def _info(self, valid: bool, won: bool = False) -> dict:
     info = {"won": won, "action_valid": valid, "admissible_actions": list(ACTIONS),

@@ -34,6 +34,18 @@ def test_the_turn_limit_ends_every_episode():
   assert episode_stats(episodes)["mean_turns"] == 4
 
 
+def test_stats_count_valid_moves_that_changed_nothing_apart_from_invalid_ones():
+  def back_then_garble(episodes, turn):  # back into the wall twice, then no action
+    return [Decision("back") if turn < 2 else Decision("INVALID", valid=False)
+            for _ in episodes]
+
+  episodes = run_episodes(pool_of(), [line_task(0, goal=3)], back_then_garble, max_turns=4,
+                          seed=0)
+  stats = episode_stats(episodes)
+  assert (stats["ineffective_actions"], stats["ineffective_action_rate"]) == (2, 0.5)
+  assert (stats["invalid_actions"], stats["invalid_action_rate"]) == (2, 0.5)
+
+
 def test_an_episode_ends_when_the_env_says_done_and_is_stepped_no_further():
   calls = []
 
@@ -109,7 +121,8 @@ def test_stats_over_mixed_outcomes():
   assert episode_stats(episodes) == {
       "episodes": 3, "steps": 1 + 2 + 3, "success": pytest.approx(2 / 3),
       "mean_return": pytest.approx(20 / 3), "invalid_actions": 0,
-      "invalid_action_rate": 0.0, "failed_episodes": 0, "mean_turns": 2.0}
+      "invalid_action_rate": 0.0, "ineffective_actions": 0, "ineffective_action_rate": 0.0,
+      "failed_episodes": 0, "mean_turns": 2.0}
 
 
 def test_on_step_sees_every_step_after_it_is_booked():

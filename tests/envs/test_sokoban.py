@@ -123,6 +123,22 @@ def test_episode_infos_and_rewards():
   assert total == pytest.approx(-0.1 * steps + 1.0 + 10.0)
 
 
+def test_a_move_is_effective_exactly_when_the_board_changes():
+  config = sokoban.default_config()
+  env = sokoban.make_env(config)
+  for task in sokoban.load_tasks(config, "train")[:5]:
+    observation, _ = env.reset(task, seed=0)
+    blocked = 0
+    for move in ["jump"] + ["up"] * 8 + ["left"] * 8:  # on into the walls
+      result = env.step(move)
+      assert result.info["action_effective"] == (result.observation != observation)
+      blocked += not result.info["action_effective"]
+      observation = result.observation
+      if result.done:
+        break
+    assert blocked >= 2  # "jump", and at least one move into a wall
+
+
 def test_expert_solves_every_sampled_task():
   config = sokoban.default_config()
   env = sokoban.make_env(config, with_expert=True)

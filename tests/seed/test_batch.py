@@ -20,7 +20,7 @@ def test_step_advantages_match_public_code_by_hand():
   rewards = [10.0, 0.0, 10.0, 5.0]
   valid = [[True, False, True], [True, True], [True], [False, True]]
   groups = ["a", "a", "b", "c"]
-  got = adv_lib.step_advantages(rewards, valid, groups, invalid_penalty=0.1)
+  got = adv_lib.step_advantages(rewards, adv_lib.step_penalties(valid, 0.1), groups)
   scores_a = [10.0, 9.9, 10.0, 0.0, 0.0]
   mean, std = statistics.mean(scores_a), statistics.stdev(scores_a)
   want_a = [(s - mean) / (std + 1e-6) for s in scores_a]
@@ -31,21 +31,43 @@ def test_step_advantages_match_public_code_by_hand():
   np.testing.assert_allclose(got[3], [(s - mean) / (std + 1e-6) for s in scores_c], rtol=1e-5)
 
 
+def test_a_step_pays_one_charge_invalid_before_ineffective():
+  valid = [[True, True, False], [True]]
+  effective = [[True, False, False], [False]]
+  got = adv_lib.step_penalties(valid, 0.1, effective, ineffective_penalty=0.25)
+  # the format failure pays 0.1 (not 0.1 + 0.25); the blocked valid moves pay 0.25
+  np.testing.assert_allclose(got[0], [0.0, 0.25, 0.1])
+  np.testing.assert_allclose(got[1], [0.25])
+  paper = adv_lib.step_penalties(valid, 0.1, effective)  # no ineffective charge by default
+  np.testing.assert_allclose(np.concatenate(paper), [0.0, 0.0, 0.1, 0.0])
+
+
+def test_in_a_group_that_all_failed_the_blocked_moves_alone_score_below_the_mean():
+  # two lost episodes of one task: the only spread is the charge of the blocked moves
+  penalties = adv_lib.step_penalties([[True] * 3, [True] * 3], 0.1,
+                                     [[True, False, False], [True, True, True]], 0.1)
+  got = np.concatenate(adv_lib.step_advantages([-0.3, -0.3], penalties, ["g", "g"]))
+  scores = [-0.3, -0.4, -0.4, -0.3, -0.3, -0.3]
+  mean, std = statistics.mean(scores), statistics.stdev(scores)
+  np.testing.assert_allclose(got, [(s - mean) / (std + 1e-6) for s in scores], rtol=1e-5)
+  assert (got[[1, 2]] < 0).all() and (got[[0, 3, 4, 5]] > 0).all()
+
+
 def test_trajectory_advantages_and_mean_only():
   rewards = [10.0, 0.0, 0.0]
   valid = [[True, False], [True], [False, False, True]]
-  got = adv_lib.step_advantages(rewards, valid, ["g"] * 3, mode="trajectory",
-                                invalid_penalty=0.5)
+  penalties = adv_lib.step_penalties(valid, 0.5)
+  got = adv_lib.step_advantages(rewards, penalties, ["g"] * 3, mode="trajectory")
   scores = [9.5, 0.0, -1.0]
   mean, std = statistics.mean(scores), statistics.stdev(scores)
   for traj, score in zip(got, scores):
     np.testing.assert_allclose(traj, (score - mean) / (std + 1e-6), rtol=1e-6)
   assert [len(t) for t in got] == [2, 1, 3]
-  centred = adv_lib.step_advantages(rewards, valid, ["g"] * 3, mode="trajectory",
-                                    invalid_penalty=0.5, norm_by_std=False)
+  centred = adv_lib.step_advantages(rewards, penalties, ["g"] * 3, mode="trajectory",
+                                    norm_by_std=False)
   np.testing.assert_allclose(centred[0], [9.5 - mean] * 2, rtol=1e-6)
   with pytest.raises(ValueError, match="advantage mode"):
-    adv_lib.step_advantages(rewards, valid, ["g"] * 3, mode="episode")
+    adv_lib.step_advantages(rewards, penalties, ["g"] * 3, mode="episode")
 
 
 PROMPT = ("You are an expert agent operating in the ALFRED Embodied Environment.\n"
@@ -161,7 +183,7 @@ def test_build_batch_layout_and_masks():
       [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]])
   np.testing.assert_allclose(batch["old_logprobs"][1], [-1.5] * 4 + [0.0])
   np.testing.assert_array_equal(batch["opd_mask"], [1, 1, 0, 0])
-  want = adv_lib.step_advantages([10.0, 0.0], [[True, False], [True]], ["a", "a"])
+  want = adv_lib.step_advantages([10.0, 0.0], [[0.0, 0.1], [0.0]], ["a", "a"])
   np.testing.assert_allclose(batch["advantages"], list(np.concatenate(want)) + [0.0])
   # The padding row attends to one token only and the pad id never defines a mask.
   assert batch["student_mask"][3].sum() == 1

@@ -16,10 +16,12 @@ def test_success_per_task_type_and_scores():
   trajs = [Trajectory("t0", "g", "a", True, 10.0, [], info={"webshop_score": 1.0}),
            Trajectory("t1", "g", "b", False, 0.0, [], info={"webshop_score": 0.5}),
            Trajectory("t2", "g", "c", False, 0.0, [], info={"webshop_score": 0.0})]
-  stats = {"success": 1 / 3, "mean_return": 10 / 3, "invalid_action_rate": 0.25}
+  stats = {"success": 1 / 3, "mean_return": 10 / 3, "invalid_action_rate": 0.25,
+           "ineffective_action_rate": 0.5}
   results = split_results("valid_seen", tasks, trajs, stats)
   assert results == {"valid_seen/success": 1 / 3, "valid_seen/mean_return": 10 / 3,
-                     "valid_seen/invalid_action_rate": 0.25, "valid_seen/beauty": 0.5,
+                     "valid_seen/invalid_action_rate": 0.25,
+                     "valid_seen/ineffective_action_rate": 0.5, "valid_seen/beauty": 0.5,
                      "valid_seen/shoes": 0.0, "valid_seen/webshop_score": pytest.approx(0.5)}
 
 

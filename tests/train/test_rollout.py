@@ -15,6 +15,7 @@ from seed_jax.envs.agent_format import INVALID_ACTION
 from seed_jax.envs.pool import InProcessPool
 from seed_jax.sampling.sampler import SampleOutput
 from seed_jax.seed import advantages
+from seed_jax.seed import batch as batch_lib
 from seed_jax.seed.skills import SKILL_HEADER
 from seed_jax.models.tokenizer import chat_prompt_ids
 from seed_jax.train.rollout import RolloutSpec, play_episodes
@@ -96,9 +97,28 @@ def test_an_invalid_response_is_flagged_stepped_as_a_no_op_and_charged_the_penal
   assert "Nothing happens." in steps[1].prompt_text  # the env got the no-op
   assert f"-> {INVALID_ACTION}" in steps[1].prompt_text
   assert stats["invalid_action_rate"] == 0.5
-  scores = advantages.step_scores([trajs[0].episode_reward], [[s.action_valid for s in steps]],
-                                  invalid_penalty=0.1)
+  scores = advantages.step_scores(
+      [trajs[0].episode_reward],
+      advantages.step_penalties([[s.action_valid for s in steps]], invalid_penalty=0.1))
   np.testing.assert_allclose(scores[0], [9.9, 10.0])
+
+
+def test_a_move_that_changed_nothing_is_marked_and_charged_only_when_asked():
+  def back_first(prompt, seed):  # into the wall behind the start, then on to the goal
+    return GOOD.replace("forward", "back") if "Step 1." in prompt else GOOD
+
+  _, trajs, stats = rollout(back_first, [line_task(0, goal=1)])
+  steps = trajs[0].steps
+  assert [(s.action_valid, s.action_effective) for s in steps] == [(True, False), (True, True)]
+  assert stats["ineffective_action_rate"] == 0.5 and stats["invalid_action_rate"] == 0.0
+  charged = batch_lib.BatchConfig(response_len=64, max_prompt_len=4096, ineffective_penalty=0.1)
+  batch, _ = batch_lib.build_batch(trajs, charged)
+  scores = [9.9, 10.0]  # reward 10, the blocked step charged 0.1; a group of one trajectory
+  mean, std = np.mean(scores), np.std(scores, ddof=1)
+  np.testing.assert_allclose(batch["advantages"], [(s - mean) / (std + 1e-6) for s in scores],
+                             rtol=1e-5)
+  paper = dataclasses.replace(charged, ineffective_penalty=0.0)
+  np.testing.assert_allclose(batch_lib.build_batch(trajs, paper)[0]["advantages"], [0.0, 0.0])
 
 
 def test_long_prompts_drop_their_oldest_turns_first():

@@ -147,12 +147,14 @@ class SokobanEnv(base.Env):
     return render_text(self._board), info
 
   def step(self, action: str) -> base.StepResult:
-    """Moves the player; an action other than up/down/left/right is a no-op."""
+    """Moves the player; an action other than up/down/left/right is a no-op. The info's
+    "action_effective" says whether the board changed (False for a blocked move)."""
     board = self.board
     self._steps += 1
     move = action.strip().lower()
     valid = move in generator.MOVES
     reward = STEP_PENALTY
+    new_board = board
     if valid:
       new_board = board.push(move)
       on_before = len(board.boxes & board.targets)
@@ -162,6 +164,8 @@ class SokobanEnv(base.Env):
         reward += FINISHED_REWARD
       self._board = new_board
     info = self._info(action_valid=valid)
+    # `push` returns the board itself when the move is blocked.
+    info["action_effective"] = new_board is not board
     done = self._board.solved or self._steps >= self._max_steps
     return base.StepResult(render_text(self._board), reward, done, info)
 
