@@ -723,6 +723,34 @@ def test_the_page_says_whether_each_arm_learns_within_its_runs(tmp_path):
           "0.375 ± 0.177 | 0.000 ± 0.354 |") in page
 
 
+def test_the_page_counts_moves_that_changed_nothing_from_the_raw_step_counts(tmp_path):
+  folder = f"{tmp_path}/grpo/seed0"
+  write_run(folder, [0.0, 0.5, 0.5, 1.0], {0: 0.25}, final=0.5)
+  assert "Moves that changed nothing" not in aggregate.results_markdown(
+      aggregate.read_experiment(str(tmp_path), ["grpo"], [0]))  # runs before the metric
+  with open(os.path.join(folder, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f]
+  # per iteration: steps taken and the valid ones that changed nothing
+  for record, (steps, blocked) in zip([r for r in records if r["phase"] == "train"],
+                                      [(20, 6), (40, 20), (12, 3), (10, 1)]):
+    record.update(steps=steps, ineffective_actions=blocked,
+                  ineffective_action_rate=blocked / steps)
+  records[-1]["valid_unseen/ineffective_action_rate"] = 0.5  # the warm start's evaluation
+  with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in records)
+  with open(os.path.join(folder, "summary.json")) as f:
+    summary = json.load(f)
+  with open(os.path.join(folder, "summary.json"), "w") as f:
+    json.dump({**summary, "valid_unseen/ineffective_action_rate": 0.2}, f)
+  run = aggregate.read_run(folder, "grpo", 0)
+  assert aggregate.training_ineffective_rate(run, first=0.5) == pytest.approx(26 / 60)
+  assert aggregate.training_ineffective_rate(run, last=0.5) == pytest.approx(4 / 22)
+  page = aggregate.results_markdown(aggregate.read_experiment(str(tmp_path), ["grpo"], [0]))
+  assert "## Moves that changed nothing" in page
+  # a quarter of 4 iterations is the first (6 / 20) and the last (1 / 10)
+  assert "| grpo | 1 | 0.300 ± 0.000 | 0.100 ± 0.000 | 0.500 ± 0.000 | 0.200 ± 0.000 |" in page
+
+
 def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   out = str(tmp_path)
   for seed, (seed_final, grpo_final) in enumerate([(0.5, 0.25), (0.75, 0.5), (0.5, 0.5)]):

@@ -185,14 +185,18 @@ def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
 # ------------------------------------------------------------------ figures
 
 
-def final_success(run: RunResults, split: str = HELD_OUT) -> float | None:
-  """The final evaluation's success on `split`: the summary's, else the last eval record's
-  after RL began (iteration 0 is the warm start's)."""
-  key = f"{split}/success"
+def final_eval(run: RunResults, key: str) -> float | None:
+  """The final evaluation's figure `key` (e.g. "valid_unseen/success"): the summary's,
+  else the last eval record's after RL began (iteration 0 is the warm start's)."""
   if run.summary is not None and key in run.summary:
     return run.summary[key]
   steps = [s for s, r in run.evals.items() if s > 0 and isinstance(r.get(key), (int, float))]
   return run.evals[max(steps)][key] if steps else None
+
+
+def final_success(run: RunResults, split: str = HELD_OUT) -> float | None:
+  """The final evaluation's success on `split`."""
+  return final_eval(run, f"{split}/success")
 
 
 def episodes_consumed(run: RunResults) -> dict[int, float]:
@@ -205,19 +209,35 @@ def episodes_consumed(run: RunResults) -> dict[int, float]:
   return consumed
 
 
+def iteration_share(run: RunResults, key: str, last: float = 1.0,
+                    first: float | None = None) -> list[int]:
+  """The iterations of the last `last` share of those that recorded the train figure
+  `key` (at least one), or of the first `first` share when given."""
+  steps = [s for s in sorted(run.train) if _is_number(run.train[s].get(key))]
+  share = last if first is None else first
+  count = max(1, math.ceil(share * len(steps))) if steps else 0
+  return steps[:count] if first is not None else steps[len(steps) - count:]
+
+
 def training_success_rate(run: RunResults, last: float = 1.0, first: float | None = None
                           ) -> float | None:
   """The success rate over the training episodes of the last `last` share of the run's
   iterations (at least one), or of the first `first` share when given; over all of them
   (`last=1`): the area under the training success-against-episodes curve over its width."""
-  steps = [s for s in sorted(run.train) if _is_number(run.train[s].get("success"))]
+  steps = iteration_share(run, "success", last, first)
   if not steps:
     return None
-  share = last if first is None else first
-  count = max(1, math.ceil(share * len(steps)))
-  steps = steps[:count] if first is not None else steps[-count:]
   return pooled_rate([run.train[s]["success"] for s in steps],
                      [run.train[s].get("episodes", 1) for s in steps])
+
+
+def training_ineffective_rate(run: RunResults, last: float = 1.0, first: float | None = None
+                              ) -> float | None:
+  """The share of the training steps of those iterations (`iteration_share`) whose valid
+  move changed nothing, from the raw counts; None before the metric existed."""
+  steps = iteration_share(run, "ineffective_actions", last, first)
+  taken = sum(run.train[s].get("steps", 0) for s in steps)
+  return sum(run.train[s]["ineffective_actions"] for s in steps) / taken if taken else None
 
 
 def held_out_auc(run: RunResults, split: str = HELD_OUT) -> float | None:
@@ -533,6 +553,34 @@ def learning_lines(results: dict[str, list[RunResults]]) -> list[str]:
   return lines
 
 
+def ineffective_lines(results: dict[str, list[RunResults]]) -> list[str]:
+  """How often each arm's valid moves changed nothing (a Sokoban move into a wall), in
+  training and on held-out games, early and late; nothing for runs that predate the
+  metric."""
+  runs_of = {arm: [r for r in runs if r.summary is not None
+                   and any("ineffective_actions" in t for t in r.train.values())]
+             for arm, runs in results.items()}
+  if not any(runs_of.values()):
+    return []
+  key = f"{HELD_OUT}/ineffective_action_rate"
+  lines = ["", "## Moves that changed nothing", "",
+           "Per finished run: the share of steps whose valid move left the state as it was "
+           "(the env's `action_effective` false: a Sokoban move into a wall or an immovable "
+           "box; `rl.ineffective_penalty` charges them), over the training steps of the "
+           "first and of the last quarter of the iterations, and on the held-out games at "
+           "the warm start and at the end.", "",
+           f"| arm | seeds | training, first quarter | last quarter | {HELD_OUT}, warm start "
+           "| final |", "|---" * 6 + "|"]
+  for arm, runs in runs_of.items():
+    if runs:
+      early = [training_ineffective_rate(r, first=0.25) for r in runs]
+      late = [training_ineffective_rate(r, last=0.25) for r in runs]
+      lines.append(f"| {arm} | {len(runs)} | {_fmt(early)} | {_fmt(late)} | "
+                   f"{_fmt([r.evals.get(0, {}).get(key) for r in runs])} | "
+                   f"{_fmt([final_eval(r, key) for r in runs])} |")
+  return lines
+
+
 def _total(run: RunResults, key: str) -> float:
   """A train figure summed over a run's iterations (0 where it was not recorded)."""
   return float(sum(r.get(key, 0) for r in run.train.values()))
@@ -710,8 +758,8 @@ def results_markdown(results: dict[str, list[RunResults]],
             "| iteration | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
   for step in steps:
     lines.append(f"| {step} | " + " | ".join(_fmt(curves[a].get(step)) for a in arms) + " |")
-  lines += (learning_lines(results) + paired_lines(results) + cost_lines(results)
-            + signal_lines(results)
+  lines += (learning_lines(results) + ineffective_lines(results) + paired_lines(results)
+            + cost_lines(results) + signal_lines(results)
             + teacher_gap_lines(results, warm_gaps or {}) + gap_lines(results)
             + provenance_lines(results, warm_origins or {}))
   skill_arms = [a for a in arms if any(r.skills for r in results[a])]
