@@ -136,7 +136,8 @@ def play_tasks(pool, tasks: list[Task], policy: Policy, max_turns: int, seed: in
 
 
 def summarize(episodes: list[Episode]) -> dict[str, Any]:
-  """Success rate per task type and overall, failed episodes, invalid-action rate."""
+  """Success rate per task type and overall, failed episodes, the invalid-action rate and
+  the rate of valid moves that changed nothing."""
   by_type = collections.defaultdict(list)
   for episode in episodes:
     by_type[episode.task.task_type].append(episode.won)
@@ -145,7 +146,8 @@ def summarize(episodes: list[Episode]) -> dict[str, Any]:
           "success_per_type": {t: sum(w) / len(w) for t, w in sorted(by_type.items())},
           "episodes_per_type": {t: len(w) for t, w in sorted(by_type.items())},
           "failed": stats["failed_episodes"], "mean_turns": stats["mean_turns"],
-          "invalid_action_rate": stats["invalid_action_rate"]}
+          "invalid_action_rate": stats["invalid_action_rate"],
+          "ineffective_action_rate": stats["ineffective_action_rate"]}
 
 
 def run(env_name: str, policy_name: str, split: str, episodes: int, seed: int, workers: int,

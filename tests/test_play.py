@@ -20,7 +20,14 @@ def test_the_expert_wins_every_episode_in_process():
                      batch_size=2, overrides=SOKOBAN)
   assert summary["episodes"] == 5 and summary["success"] == 1.0
   assert summary["failed"] == 0 and summary["invalid_action_rate"] == 0.0
+  assert summary["ineffective_action_rate"] == 0.0  # a shortest plan never bumps a wall
   assert list(summary["success_per_type"]) == ["sokoban_6x6_1box"]
+
+
+def test_random_play_bumps_into_walls():
+  summary = play.run("sokoban", "random", "valid_seen", episodes=5, seed=0, workers=0,
+                     batch_size=5, overrides=SOKOBAN)
+  assert summary["invalid_action_rate"] == 0.0 and summary["ineffective_action_rate"] > 0.1
 
 
 def test_the_expert_wins_through_a_pool_of_worker_processes():
