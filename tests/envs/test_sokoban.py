@@ -183,6 +183,32 @@ def test_the_compact_prompt_says_the_same_in_under_half_the_text():
   assert len(short) < len(long) / 2
 
 
+def test_the_blocked_notice_appears_only_after_a_move_that_changed_nothing():
+  settings = sokoban.default_config()
+  settings.update(history_length=0, prompt_style="compact")
+  plain = sokoban.make_agent_format(settings)
+  settings.blocked_notice = True
+  noticing = sokoban.make_agent_format(settings)
+  env = sokoban.make_env(settings)
+  task = sokoban.load_tasks(settings, "train")[0]
+  observation, _ = env.reset(task, seed=0)
+  history, blocked = [], 0
+  for move in ["up"] * 6:  # on into the wall above
+    result = env.step(move)
+    history.append(Turn(observation, move))
+    observation = result.observation
+    args = ("", history, observation, ["up", "down", "left", "right"], len(history) + 1)
+    said = "Your last move, up, changed nothing" in noticing.render(*args)
+    assert said == (not result.info["action_effective"])
+    blocked += said
+    # the rest of the prompt is the plain one
+    assert noticing.render(*args).replace(
+        "Your last move, up, changed nothing: try another.\n\n", "") == plain.render(*args)
+    if result.done:
+      break
+  assert blocked
+
+
 def test_an_unknown_prompt_style_is_refused():
   with pytest.raises(ValueError, match="prompt style: one of"):
     SokobanFormat(style="terse")

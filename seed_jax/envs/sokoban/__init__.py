@@ -39,6 +39,8 @@ def default_config() -> ml_collections.ConfigDict:
       **puzzle_settings(),
       "history_length": 2,
       "prompt_style": "full",  # one of PROMPT_STYLES; "compact": about half the tokens
+      # Say so in the prompt when the last move changed nothing (a small-model aid).
+      "blocked_notice": False,
       "include_image": False,  # put an RGB rendering in every info under "image"
   })
 
@@ -63,4 +65,5 @@ def make_env(config: ml_collections.ConfigDict, with_expert: bool = False) -> So
 
 def make_agent_format(config: ml_collections.ConfigDict) -> SokobanFormat:
   """The Sokoban prompt and the `<think>/<action>` parser."""
-  return SokobanFormat(history_length=config.history_length, style=config.prompt_style)
+  return SokobanFormat(history_length=config.history_length, style=config.prompt_style,
+                       blocked_notice=config.blocked_notice)

@@ -49,6 +49,11 @@ _STYLES = {
 }
 PROMPT_STYLES = tuple(_STYLES)
 
+# `blocked_notice`: said before the board when the last move left it as it was, so that a
+# policy shown the board alone (`history_length` 0) does not meet the very prompt it just
+# answered and repeat its move to the turn limit (ALFWorld says "Nothing happens.").
+_BLOCKED_NOTICE = "Your last move, {action}, changed nothing: try another."
+
 
 class SokobanFormat(AgentFormat):
   """Renders the Sokoban prompt and parses `<think>..</think><action>..</action>`."""
@@ -58,13 +63,16 @@ class SokobanFormat(AgentFormat):
   # inserts the skill after it.
   task_line_pattern = r"The puzzle is solved when"
 
-  def __init__(self, history_length: int = 2, style: str = "full"):
+  def __init__(self, history_length: int = 2, style: str = "full",
+               blocked_notice: bool = False):
     """`history_length`: how many past turns the prompt shows; `style`: one of
-    `PROMPT_STYLES` ("compact": the rules and the request in about half the tokens)."""
+    `PROMPT_STYLES` ("compact": the rules and the request in about half the tokens);
+    `blocked_notice`: say so when the last move changed nothing (a small-model aid)."""
     if style not in PROMPT_STYLES:
       raise ValueError(f"prompt style: one of {PROMPT_STYLES}, got {style!r}")
     self._history_length = history_length
     self._rules, self._current, self._ask = _STYLES[style]
+    self._blocked_notice = blocked_notice
 
   def render(self, instruction: str, history: list[Turn], observation: str,
              admissible_actions: list[str] | None, step: int) -> str:
@@ -77,6 +85,8 @@ class SokobanFormat(AgentFormat):
                           for k, turn in window)
       parts.append(f"Prior to this step you have taken {len(history)} step(s). The most "
                    f"recent {len(window)} observations and the actions you took:\n{records}")
+    if self._blocked_notice and history and history[-1].observation == observation:
+      parts.append(_BLOCKED_NOTICE.format(action=history[-1].action))
     parts.append(self._current.format(step=step, observation=observation))
     actions = admissible_actions or ["up", "down", "left", "right"]
     parts.append(self._ask.format(actions=", ".join(f'"{a}"' for a in actions)))
