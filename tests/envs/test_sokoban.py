@@ -139,6 +139,26 @@ def test_a_move_is_effective_exactly_when_the_board_changes():
     assert blocked >= 2  # "jump", and at least one move into a wall
 
 
+def test_the_admissible_list_can_name_only_the_moves_that_change_the_board():
+  config = sokoban.default_config()
+  listing_all = sokoban.make_env(config)
+  config.effective_moves_only = True
+  listing_effective = sokoban.make_env(config)
+  for task in sokoban.load_tasks(config, "train")[:10]:
+    observation, info = listing_effective.reset(task, seed=0)
+    assert listing_all.reset(task, seed=0)[1]["admissible_actions"] == [
+        "up", "down", "left", "right"]
+    for move in ["up", "down", "left", "right"]:  # each from the same board
+      listing_effective.reset(task, seed=0)
+      changed = listing_effective.step(move).observation != observation
+      assert (move in info["admissible_actions"]) == changed
+  corridor = _board("#####",
+                    "#PXO#",
+                    "#####")
+  assert sokoban_env.effective_moves(corridor) == ["right"]
+  assert sokoban_env.effective_moves(corridor.push("right")) == ["left"]  # box against wall
+
+
 def test_expert_solves_every_sampled_task():
   config = sokoban.default_config()
   env = sokoban.make_env(config, with_expert=True)

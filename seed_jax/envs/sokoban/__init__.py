@@ -19,7 +19,8 @@ NAME = "sokoban"
 
 def puzzle_settings() -> dict[str, Any]:
   """The settings every Sokoban variant shares (this one and `sokoban_visual`): room size,
-  box count, turn limit, split sizes and the size of the RGB rendering."""
+  box count, turn limit, split sizes, the size of the RGB rendering and which moves the
+  admissible list names."""
   return {
       "height": 6,  # including the wall border, as gym-sokoban's dim_room
       "width": 6,
@@ -29,6 +30,9 @@ def puzzle_settings() -> dict[str, Any]:
       "max_solution_steps": 12,
       "num_tasks": {"train": 1000, "valid_seen": 100, "valid_unseen": 100},
       "tile": 16,  # pixels per cell of the RGB rendering (gym-sokoban's sprites are 16 px)
+      # List only the moves that change the board as admissible (a small-model aid; all
+      # four in gym-sokoban and verl-agent).
+      "effective_moves_only": False,
   }
 
 
@@ -60,7 +64,7 @@ def make_env(config: ml_collections.ConfigDict, with_expert: bool = False) -> So
   solution (BFS)."""
   return SokobanEnv(max_steps=config.max_steps, max_solution_steps=config.max_solution_steps,
                     with_expert=with_expert, include_image=config.include_image,
-                    tile=config.tile)
+                    tile=config.tile, effective_moves_only=config.effective_moves_only)
 
 
 def make_agent_format(config: ml_collections.ConfigDict) -> SokobanFormat:

@@ -117,8 +117,13 @@ class SokobanEnv(base.Env):
   """
 
   def __init__(self, max_steps: int, max_solution_steps: int, with_expert: bool = False,
-               include_image: bool = False, tile: int = 16):
-    """`include_image`: every info also holds "image", `render_rgb(board, tile)`."""
+               include_image: bool = False, tile: int = 16, effective_moves_only: bool = False):
+    """`include_image`: every info also holds "image", `render_rgb(board, tile)`;
+    `effective_moves_only`: the admissible actions are the moves that change the board
+    (not a wall ahead, nor a box that cannot move), as ALFWorld lists the commands that do
+    something; otherwise all four (gym-sokoban, verl-agent). Either way any move may be
+    taken."""
+    self._effective_moves_only = effective_moves_only
     self._max_steps = max_steps
     self._max_solution_steps = max_solution_steps
     self._with_expert = with_expert
@@ -176,7 +181,7 @@ class SokobanEnv(base.Env):
     info: dict[str, Any] = {
         "won": self.board.solved,
         "action_valid": action_valid,
-        "admissible_actions": list(ACTIONS),
+        "admissible_actions": self._admissible_actions(),
         "task_type": self._task.task_type,
         "boxes_on_target": len(self.board.boxes & self.board.targets),
     }
@@ -187,6 +192,15 @@ class SokobanEnv(base.Env):
     if self._include_image:
       info["image"] = render_rgb(self.board, self._tile)
     return info
+
+  def _admissible_actions(self) -> list[str]:
+    # A board with no effective move (boxed in) lists all four rather than none.
+    return (self._effective_moves_only and effective_moves(self.board)) or list(ACTIONS)
+
+
+def effective_moves(board: Board) -> list[str]:
+  """The moves that change `board`, in the order of `ACTIONS`."""
+  return [move for move in ACTIONS if board.push(move) is not board]
 
 
 def random_action(rng: random.Random, observation: str, info: dict[str, Any]) -> str:
