@@ -176,9 +176,9 @@ def _learn_listed(c):
   half of a training iteration's steps at the warm start were moves into a wall or an
   immovable box; the charge for them and a prompt saying so (`:learn_notice`, grpo seed 1,
   results/sokoban_notice/) brought that to about a third in 20 iterations, and the
-  training success not up at all (first quarter 0.406, last 0.431). Here the prompt names the 2-3 moves that do
-  something, and behaviour cloning (whose expert moves are always among them) can learn to
-  choose from that list. A new warm start: the prompts differ from the first turn on.
+  training success not up at all (first quarter 0.406, last 0.431). Here the prompt names
+  the 2-3 moves that do something, and behaviour cloning (whose expert moves are always
+  among them) can learn to choose from that list. A new warm start: the prompts differ from the first turn on.
   """
   _learn_unstuck(c)
   c.env.effective_moves_only = True
