@@ -156,6 +156,7 @@ def test_the_admissible_list_can_name_only_the_moves_that_change_the_board():
                     "#PXO#",
                     "#####")
   assert sokoban_env.effective_moves(corridor) == ["right"]
+  assert corridor.blocked("left") and not corridor.blocked("right")
   assert sokoban_env.effective_moves(corridor.push("right")) == ["left"]  # box against wall
 
 

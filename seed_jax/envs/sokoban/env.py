@@ -159,7 +159,6 @@ class SokobanEnv(base.Env):
     move = action.strip().lower()
     valid = move in generator.MOVES
     reward = STEP_PENALTY
-    new_board = board
     if valid:
       new_board = board.push(move)
       on_before = len(board.boxes & board.targets)
@@ -169,8 +168,7 @@ class SokobanEnv(base.Env):
         reward += FINISHED_REWARD
       self._board = new_board
     info = self._info(action_valid=valid)
-    # `push` returns the board itself when the move is blocked.
-    info["action_effective"] = new_board is not board
+    info["action_effective"] = valid and not board.blocked(move)
     done = self._board.solved or self._steps >= self._max_steps
     return base.StepResult(render_text(self._board), reward, done, info)
 
@@ -200,7 +198,7 @@ class SokobanEnv(base.Env):
 
 def effective_moves(board: Board) -> list[str]:
   """The moves that change `board`, in the order of `ACTIONS`."""
-  return [move for move in ACTIONS if board.push(move) is not board]
+  return [move for move in ACTIONS if not board.blocked(move)]
 
 
 def random_action(rng: random.Random, observation: str, info: dict[str, Any]) -> str:

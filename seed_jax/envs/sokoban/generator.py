@@ -67,6 +67,11 @@ class Board:
       return self
     return dataclasses.replace(self, player=ahead, boxes=(self.boxes - {ahead}) | {beyond})
 
+  def blocked(self, action: str) -> bool:
+    """Whether moving in direction `action` leaves the board unchanged (`push` returns the
+    board itself then)."""
+    return self.push(action) is self
+
 
 def solve(board: Board, max_states: int = 200_000) -> list[str] | None:
   """Breadth-first search for a shortest action sequence that solves `board`.
