@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from seed_jax.envs import base, registry
 from seed_jax.envs.agent_format import ParsedAction, Turn
 from seed_jax.envs.sokoban import env as sokoban_env
-from seed_jax.envs.sokoban import generator
+from seed_jax.envs.sokoban import generator, prompt
 from seed_jax.envs.sokoban.generator import Board
 from seed_jax.envs.sokoban.prompt import SokobanFormat
 
@@ -254,3 +254,35 @@ def test_parse_never_raises_and_invalid_moves_are_noops(response):
   assert result.info["action_valid"] == (parsed.action in generator.MOVES)
   if not result.info["action_valid"]:
     assert env.board == before
+
+
+def test_the_positions_line_gives_every_piece_as_row_and_column():
+  board = _board("######",
+                 "#_P__#",
+                 "#_X__#",
+                 "#_O_√#",
+                 "######")
+  assert prompt.positions_line(board) == (
+      "Positions as (row, column); down adds 1 to the row, right adds 1 to the column: "
+      "you (1, 2); box (2, 2); target (3, 2); box on a target (3, 4).")
+  on_target = _board("####",
+                     "#S_#",
+                     "#X_#",
+                     "####")
+  # the player standing on the target: named once, as such
+  assert prompt.positions_line(on_target).endswith(": you (1, 1); box (2, 1); "
+                                                   "you on a target (1, 1).")
+
+
+def test_board_positions_adds_the_line_after_the_board_and_nothing_else():
+  settings = sokoban.default_config()
+  settings.update(history_length=0, prompt_style="compact")
+  plain = sokoban.make_agent_format(settings)
+  settings.board_positions = True
+  with_positions = sokoban.make_agent_format(settings)
+  observation, _ = sokoban.make_env(settings).reset(sokoban.load_tasks(settings, "train")[0],
+                                                    seed=0)
+  args = ("", [], observation, ["up", "left"], 1)
+  line = prompt.positions_line(sokoban_env.parse_text(observation))
+  assert with_positions.render(*args) == plain.render(*args).replace(
+      observation, f"{observation}\n\n{line}")

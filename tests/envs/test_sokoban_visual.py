@@ -53,7 +53,8 @@ def test_tasks_are_deterministic_and_splits_disjoint():
 def test_the_settings_are_sokobans_less_the_text_prompt_ones():
   settings = set(visual.default_config().keys())
   assert settings == set(sokoban.default_config().keys()) - {
-      "history_length", "prompt_style", "blocked_notice", "include_image"}
+      "history_length", "prompt_style", "blocked_notice", "board_positions",
+      "include_image"}
   assert visual.default_config().max_steps == 15
 
 

@@ -40,7 +40,7 @@ def _field(spec, path):
 
 @pytest.mark.parametrize("env,preset", [(env, preset) for env in ENVS for preset in ("", "cpu")]
                          + [("alfworld", "compare"), ("sokoban", "learn"),
-                            ("sokoban", "learn_fast")])
+                            ("sokoban", "learn_fast"), ("sokoban", "learn_placed")])
 def test_every_config_and_preset_validates(env, preset):
   config = load(env, preset)
   spec = build_run_spec(config)
@@ -82,6 +82,20 @@ def test_the_fast_preset_is_the_distillation_preset_with_cheap_and_more_episodes
     (fast.env.prompt_style, fast.rl.prompt_bucket, fast.rollout.tasks_per_batch,
      fast.rl.iterations, fast.eval.every) = cheap(distill)
   assert fast.to_dict() == distill.to_dict()
+
+
+@pytest.mark.parametrize("parent,preset,aid", [
+    ("learn_fast", "learn_unstuck", {"rl.ineffective_penalty": 0.1}),
+    ("learn_unstuck", "learn_notice", {"env.blocked_notice": True}),
+    ("learn_unstuck", "learn_listed", {"env.effective_moves_only": True}),
+    ("learn_listed", "learn_placed", {"env.board_positions": True}),
+])
+def test_each_later_sokoban_learning_preset_is_its_parent_plus_one_aid(parent, preset, aid):
+  base, child, paper = (load("sokoban", p) for p in (parent, preset, ""))
+  for path, value in aid.items():
+    assert _field(child, path) == value and _field(paper, path) != value
+    _set(child, path, _field(base, path))
+  assert child.to_dict() == base.to_dict()
 
 
 def test_paper_defaults():

@@ -45,6 +45,9 @@ def default_config() -> ml_collections.ConfigDict:
       "prompt_style": "full",  # one of PROMPT_STYLES; "compact": about half the tokens
       # Say so in the prompt when the last move changed nothing (a small-model aid).
       "blocked_notice": False,
+      # After the board, the (row, column) of the player, the boxes and the targets (a
+      # small-model aid).
+      "board_positions": False,
       "include_image": False,  # put an RGB rendering in every info under "image"
   })
 
@@ -70,4 +73,5 @@ def make_env(config: ml_collections.ConfigDict, with_expert: bool = False) -> So
 def make_agent_format(config: ml_collections.ConfigDict) -> SokobanFormat:
   """The Sokoban prompt and the `<think>/<action>` parser."""
   return SokobanFormat(history_length=config.history_length, style=config.prompt_style,
-                       blocked_notice=config.blocked_notice)
+                       blocked_notice=config.blocked_notice,
+                       board_positions=config.board_positions)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from seed_jax.envs.agent_format import (AgentFormat, ParsedAction, Turn, history_window,
                                         parse_action, render_think_action)
+from seed_jax.envs.sokoban.env import parse_text
+from seed_jax.envs.sokoban.generator import Board, Cell
 
 _RULES = """You are an expert agent playing Sokoban.
 
@@ -55,6 +57,28 @@ PROMPT_STYLES = tuple(_STYLES)
 _BLOCKED_NOTICE = "Your last move, {action}, changed nothing: try another."
 
 
+# `board_positions`: after the board, where the player, the boxes and the targets are, as
+# (row, column) pairs with the rule that relates them to the moves. A model that reads a
+# grid token by token must otherwise count symbols along a line and across lines to find
+# which way the box lies; with the pairs, comparing two numbers says it.
+_POSITIONS = ("Positions as (row, column); down adds 1 to the row, right adds 1 to the "
+              "column: {parts}.")
+
+
+def positions_line(board: Board) -> str:
+  """The `board_positions` sentence for `board`: the player, the boxes off a target, the free
+  targets and the boxes on a target, each as (row, column) counted from 0 at the top left."""
+
+  def cells(name: str, group: frozenset[Cell] | set[Cell]) -> list[str]:
+    return [f"{name} ({row}, {col})" for row, col in sorted(group)]
+
+  parts = (cells("you", {board.player}) + cells("box", board.boxes - board.targets)
+           + cells("target", board.targets - board.boxes - {board.player})
+           + cells("you on a target", {board.player} & board.targets)
+           + cells("box on a target", board.boxes & board.targets))
+  return _POSITIONS.format(parts="; ".join(parts))
+
+
 class SokobanFormat(AgentFormat):
   """Renders the Sokoban prompt and parses `<think>..</think><action>..</action>`."""
 
@@ -64,15 +88,18 @@ class SokobanFormat(AgentFormat):
   task_line_pattern = r"The puzzle is solved when"
 
   def __init__(self, history_length: int = 2, style: str = "full",
-               blocked_notice: bool = False):
+               blocked_notice: bool = False, board_positions: bool = False):
     """`history_length`: how many past turns the prompt shows; `style`: one of
     `PROMPT_STYLES` ("compact": the rules and the request in about half the tokens);
-    `blocked_notice`: say so when the last move changed nothing (a small-model aid)."""
+    `blocked_notice`: say so when the last move changed nothing; `board_positions`: give
+    the player's, the boxes' and the targets' (row, column) after the board (both
+    small-model aids)."""
     if style not in PROMPT_STYLES:
       raise ValueError(f"prompt style: one of {PROMPT_STYLES}, got {style!r}")
     self._history_length = history_length
     self._rules, self._current, self._ask = _STYLES[style]
     self._blocked_notice = blocked_notice
+    self._board_positions = board_positions
 
   def render(self, instruction: str, history: list[Turn], observation: str,
              admissible_actions: list[str] | None, step: int) -> str:
@@ -88,6 +115,8 @@ class SokobanFormat(AgentFormat):
     if self._blocked_notice and history and history[-1].observation == observation:
       parts.append(_BLOCKED_NOTICE.format(action=history[-1].action))
     parts.append(self._current.format(step=step, observation=observation))
+    if self._board_positions:
+      parts.append(positions_line(parse_text(observation)))
     actions = admissible_actions or ["up", "down", "left", "right"]
     parts.append(self._ask.format(actions=", ".join(f'"{a}"' for a in actions)))
     return "\n\n".join(parts)
