@@ -204,12 +204,17 @@ def test_the_compact_prompt_says_the_same_in_under_half_the_text():
   assert len(short) < len(long) / 2
 
 
-def test_the_blocked_notice_appears_only_after_a_move_that_changed_nothing():
+def _compact_formats(aid: str):
+  """The compact board-only settings, and their prompt format without and with `aid` on."""
   settings = sokoban.default_config()
   settings.update(history_length=0, prompt_style="compact")
   plain = sokoban.make_agent_format(settings)
-  settings.blocked_notice = True
-  noticing = sokoban.make_agent_format(settings)
+  settings[aid] = True
+  return settings, plain, sokoban.make_agent_format(settings)
+
+
+def test_the_blocked_notice_appears_only_after_a_move_that_changed_nothing():
+  settings, plain, noticing = _compact_formats("blocked_notice")
   env = sokoban.make_env(settings)
   task = sokoban.load_tasks(settings, "train")[0]
   observation, _ = env.reset(task, seed=0)
@@ -275,11 +280,7 @@ def test_the_positions_line_gives_every_piece_as_row_and_column():
 
 
 def test_board_positions_adds_the_line_after_the_board_and_nothing_else():
-  settings = sokoban.default_config()
-  settings.update(history_length=0, prompt_style="compact")
-  plain = sokoban.make_agent_format(settings)
-  settings.board_positions = True
-  with_positions = sokoban.make_agent_format(settings)
+  settings, plain, with_positions = _compact_formats("board_positions")
   observation, _ = sokoban.make_env(settings).reset(sokoban.load_tasks(settings, "train")[0],
                                                     seed=0)
   args = ("", [], observation, ["up", "left"], 1)
