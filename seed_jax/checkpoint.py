@@ -11,13 +11,20 @@ Each save is atomic: orbax writes into a temporary folder and renames it into pl
 once everything is on disk, so a run killed mid-save leaves the previous checkpoint as
 the latest one. The last `keep` checkpoints are kept. The directory may be local or a
 URI such as `gs://bucket/run/checkpoints`.
+
+On a local disk each save first compares the free space with the size of the latest
+checkpoint (the next one has the same arrays): too little fails the save with one line
+saying how much is needed, before orbax would fail half-way in its background thread;
+less than two checkpoints' worth is warned about while the run can still be helped.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
+import shutil
 import threading
 import weakref
 from typing import Any
@@ -26,6 +33,8 @@ import jax
 import orbax.checkpoint as ocp
 
 from seed_jax import paths
+
+log = logging.getLogger(__name__)
 
 
 def abstract_like(tree: Any) -> Any:
@@ -40,6 +49,12 @@ def _register_exit_hook(hook) -> None:
     threading._register_atexit(hook)  # pylint: disable=protected-access
   except (AttributeError, RuntimeError):  # another Python; or already shutting down
     atexit.register(hook)
+
+
+def folder_bytes(folder: str) -> int:
+  """The bytes of the files under `folder`, recursively."""
+  return sum(os.path.getsize(os.path.join(root, name))
+             for root, _, names in os.walk(folder) for name in names)
 
 
 class Checkpointer:
@@ -76,9 +91,25 @@ class Checkpointer:
     `host_state` is copied now, so the caller may change it at once."""
     host_state = json.loads(json.dumps(host_state))  # also: not JSON fails here, not later
     self.wait()
+    self._check_space(step)
     self._manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(device_state), host=ocp.args.JsonSave(host_state)),
         force=True)
+
+  def _check_space(self, step: int) -> None:
+    """Raises OSError if the free space under a local directory is less than the latest
+    checkpoint's size; warns if it is less than twice that."""
+    previous = self._manager.latest_step()
+    if "://" in self.directory or previous is None:
+      return
+    needed = folder_bytes(os.path.join(self.directory, str(previous)))
+    free = shutil.disk_usage(self.directory).free
+    gigabytes = f"{needed / 1e9:.2f} GB needed, {free / 1e9:.2f} GB free under {self.directory}"
+    if free < needed:
+      raise OSError(f"no room for checkpoint {step}: {gigabytes}; free space and run the "
+                    f"same command again to resume from checkpoint {previous}")
+    if free < 2 * needed:
+      log.warning("checkpoint %d fits, the next may not: %s", step, gigabytes)
 
   def restore(self, step: int, device_state_like: Any) -> tuple[Any, dict[str, Any]]:
     """Restores checkpoint `step` into the shapes and shardings of `device_state_like`."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -13,6 +15,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+from seed_jax import checkpoint
 from seed_jax.checkpoint import Checkpointer
 from seed_jax.models import ModelConfig, random_model
 from seed_jax.parallel import shard_params
@@ -104,3 +107,39 @@ def test_a_program_that_ends_without_closing_still_commits_its_last_save(tmp_pat
   assert ckpt.latest_step() == 2
   restored, _ = ckpt.restore(2, {"x": jnp.zeros(1000)})
   chex.assert_trees_all_equal(restored, {"x": jnp.arange(1000.0) * 2}, strict=True)
+
+
+def _disk_with_free_bytes(monkeypatch, free: int) -> None:
+  usage = shutil.disk_usage("/")
+  monkeypatch.setattr(checkpoint.shutil, "disk_usage",
+                      lambda path: usage._replace(free=free))
+
+
+def test_a_save_the_disk_cannot_hold_fails_at_once_naming_the_room_needed(tmp_path,
+                                                                          monkeypatch):
+  ckpt = Checkpointer(str(tmp_path / "ckpt"), keep=3)
+  ckpt.save(1, {"x": jnp.arange(100_000.0)}, {"iteration": 1})  # the first: nothing to size
+  ckpt.wait()
+  size = checkpoint.folder_bytes(str(tmp_path / "ckpt" / "1"))
+  assert size > 100_000  # the 100,000 float32 values are in it (compressed)
+  _disk_with_free_bytes(monkeypatch, size - 1)
+  with pytest.raises(OSError, match=r"no room for checkpoint 2: .* GB needed, .* GB free "
+                     r".*resume from checkpoint 1"):
+    ckpt.save(2, {"x": jnp.arange(100_000.0)}, {"iteration": 2})
+  assert ckpt.all_steps() == [1]
+
+
+def test_room_for_one_more_checkpoint_only_is_warned_about(tmp_path, monkeypatch, caplog):
+  ckpt = Checkpointer(str(tmp_path / "ckpt"), keep=3)
+  ckpt.save(1, {"x": jnp.arange(100_000.0)}, {"iteration": 1})
+  ckpt.wait()
+  size = checkpoint.folder_bytes(str(tmp_path / "ckpt" / "1"))
+  _disk_with_free_bytes(monkeypatch, 2 * size - 1)
+  with caplog.at_level(logging.WARNING, logger="seed_jax.checkpoint"):
+    ckpt.save(2, {"x": jnp.arange(100_000.0)}, {"iteration": 2})
+  assert "checkpoint 2 fits, the next may not" in caplog.text
+  _disk_with_free_bytes(monkeypatch, 2 * size)
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger="seed_jax.checkpoint"):
+    ckpt.save(3, {"x": jnp.arange(100_000.0)}, {"iteration": 3})
+  assert "may not" not in caplog.text and ckpt.all_steps() == [1, 2, 3]
