@@ -181,7 +181,8 @@ def _learn_listed(c):
   results/sokoban_notice/) brought that to about a third in 20 iterations, and the
   training success not up at all (first quarter 0.406, last 0.431). Here the prompt names
   the 2-3 moves that do something, and behaviour cloning (whose expert moves are always
-  among them) can learn to choose from that list. A new warm start: the prompts differ from the first turn on.
+  among them) can learn to choose from that list. A new warm start: the prompts differ
+  from the first turn on.
   """
   _learn_unstuck(c)
   c.env.effective_moves_only = True

@@ -99,8 +99,10 @@ class Checkpointer:
   def _check_space(self, step: int) -> None:
     """Raises OSError if the free space under a local directory is less than the latest
     checkpoint's size; warns if it is less than twice that."""
+    if "://" in self.directory:
+      return
     previous = self._manager.latest_step()
-    if "://" in self.directory or previous is None:
+    if previous is None:
       return
     needed = folder_bytes(os.path.join(self.directory, str(previous)))
     free = shutil.disk_usage(self.directory).free

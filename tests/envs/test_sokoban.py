@@ -274,7 +274,8 @@ def test_the_positions_line_gives_every_piece_as_row_and_column():
                      "#S_#",
                      "#X_#",
                      "####")
-  # the player standing on the target: named once, as such
+  # the player standing on the target: that target is named as "you on a target", not
+  # listed among the free ones
   assert prompt.positions_line(on_target).endswith(": you (1, 1); box (2, 1); "
                                                    "you on a target (1, 1).")
 
