@@ -50,7 +50,10 @@ def _worker_main(conn: Connection, env_name: str, config: Any, with_expert: bool
   envs: dict[int, Env] = {}
   conn.send(("ready",))
   while True:
-    message = conn.recv()
+    try:
+      message = conn.recv()
+    except EOFError:  # the trainer died without a "close" (killed): end as that would
+      break
     if message[0] == "close":
       break
     for op in message[1]:

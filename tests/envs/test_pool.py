@@ -156,3 +156,15 @@ def test_workers_outlive_a_sigterm_sent_to_every_process():
     time.sleep(0.2)
     [result] = pool.step(["go"])
     assert result.observation == "a seed=0 actions=go" and pool.restarts == 0
+
+
+def test_a_worker_whose_trainer_died_ends_quietly(capfd):
+  """A trainer killed outright never sends "close": its workers find the pipe closed and
+  end as a close would end them (envs closed, exit status 0), with no traceback."""
+  with make_pool(num_workers=1) as pool:
+    pool.reset([make_task("a")], seeds=[0])
+    [worker] = pool._workers  # pylint: disable=protected-access
+    worker.conn.close()  # what the trainer's death does to the pipe
+    worker.process.join(timeout=10)
+    assert worker.process.exitcode == 0
+  assert "Traceback" not in capfd.readouterr().err
