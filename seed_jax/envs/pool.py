@@ -37,6 +37,15 @@ def failed_info(task: Task, reason: str) -> dict[str, Any]:
           "task_type": task.task_type, "failed": reason}
 
 
+def _reply(conn: Connection, message: tuple) -> bool:
+  """Sends a reply; False when the trainer's end of the pipe is gone (it died mid-step)."""
+  try:
+    conn.send(message)
+    return True
+  except (BrokenPipeError, ConnectionResetError):
+    return False
+
+
 def _worker_main(conn: Connection, env_name: str, config: Any, with_expert: bool,
                  env_factory: Callable[[], Env] | None) -> None:
   """Worker loop: runs operation lists, replies once per operation, in order."""
@@ -48,8 +57,8 @@ def _worker_main(conn: Connection, env_name: str, config: Any, with_expert: bool
     module = get_env_module(env_name)
     env_factory = lambda: module.make_env(config, with_expert=with_expert)
   envs: dict[int, Env] = {}
-  conn.send(("ready",))
-  while True:
+  trainer_alive = _reply(conn, ("ready",))
+  while trainer_alive:
     try:
       message = conn.recv()
     except EOFError:  # the trainer died without a "close" (killed): end as that would
@@ -69,9 +78,13 @@ def _worker_main(conn: Connection, env_name: str, config: Any, with_expert: bool
           output = env.reset(op[2], op[3])
           for action in op[4] if kind == "restore" else ():
             output = env.step(action)
-        conn.send(("ok", row, output, time.perf_counter() - start))
+        # In the try: an output that cannot be pickled is reported as the env's error.
+        trainer_alive = _reply(conn, ("ok", row, output, time.perf_counter() - start))
       except Exception:  # pylint: disable=broad-except  (reported; the episode fails)
-        conn.send(("error", row, traceback.format_exc(limit=5), time.perf_counter() - start))
+        trainer_alive = _reply(conn, ("error", row, traceback.format_exc(limit=5),
+                                      time.perf_counter() - start))
+      if not trainer_alive:
+        break
   for env in envs.values():
     try:
       env.close()

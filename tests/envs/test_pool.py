@@ -32,6 +32,8 @@ class ScriptedEnv:
       os._exit(3)  # like a segfault in native engine code: no exception, no reply
     if self.task.payload.get("hang_at") == step:
       time.sleep(600)
+    if self.task.payload.get("slow_at") == step:
+      time.sleep(1.0)
     if self.task.payload.get("raise_at") == step:
       raise RuntimeError("engine error")
     won = action == "win"
@@ -164,6 +166,19 @@ def test_a_worker_whose_trainer_died_ends_quietly(capfd):
   with make_pool(num_workers=1) as pool:
     pool.reset([make_task("a")], seeds=[0])
     [worker] = pool._workers  # pylint: disable=protected-access
+    worker.conn.close()  # what the trainer's death does to the pipe
+    worker.process.join(timeout=10)
+    assert worker.process.exitcode == 0
+  assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_worker_whose_trainer_died_mid_step_ends_quietly(capfd):
+  """The trainer dies while a worker is inside a step: the step's reply finds the pipe
+  broken, and the worker ends as a close would end it (exit status 0, no traceback)."""
+  with make_pool(num_workers=1) as pool:
+    pool.reset([make_task("a", slow_at=1)], seeds=[0])
+    [worker] = pool._workers  # pylint: disable=protected-access
+    worker.conn.send(("ops", [("step", 0, "go")]))  # sleeps 1 s before it replies
     worker.conn.close()  # what the trainer's death does to the pipe
     worker.process.join(timeout=10)
     assert worker.process.exitcode == 0
