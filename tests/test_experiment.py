@@ -723,6 +723,32 @@ def test_the_page_says_whether_each_arm_learns_within_its_runs(tmp_path):
           "0.375 ± 0.177 | 0.000 ± 0.354 |") in page
 
 
+def test_the_page_compares_each_recurring_task_with_itself(tmp_path):
+  def draw(folder, iteration, task, outcomes):
+    os.makedirs(f"{folder}/episodes", exist_ok=True)
+    with open(f"{folder}/episodes/iter_{iteration}.jsonl", "a") as f:
+      f.writelines(json.dumps({"iteration": iteration, "task_id": task, "won": bool(w)}) + "\n"
+                   for w in outcomes)
+  for seed in (0, 1):
+    write_run(f"{tmp_path}/grpo/seed{seed}", [0.5, 0.5, 0.5], {0: 0.5}, final=0.5)
+  assert "against itself" not in aggregate.results_markdown(
+      aggregate.read_experiment(str(tmp_path), ["grpo"], [0, 1]))  # runs without the records
+  # seed 0: task a 0/2 -> 1/2 (rise 0.5, lost at first); seed 1: a 1/2 -> 1/2, b 1/2 -> 1/2
+  # -> 2/2 (later 0.75; rises 0 and 0.25, mean 0.125 over its two tasks).
+  draw(f"{tmp_path}/grpo/seed0", 1, "a", [0, 0])
+  draw(f"{tmp_path}/grpo/seed0", 3, "a", [1, 0])
+  draw(f"{tmp_path}/grpo/seed1", 1, "a", [1, 0])
+  draw(f"{tmp_path}/grpo/seed1", 1, "b", [0, 1])
+  draw(f"{tmp_path}/grpo/seed1", 2, "b", [1, 0])
+  draw(f"{tmp_path}/grpo/seed1", 3, "b", [1, 1])
+  draw(f"{tmp_path}/grpo/seed1", 3, "a", [0, 1])
+  page = aggregate.results_markdown(aggregate.read_experiment(str(tmp_path), ["grpo"], [0, 1]))
+  # tasks 1 and 2; first 0 and 0.5; later 0.5 and 0.625; rise 0.5 and 0.125 (sd 0.265);
+  # lost at first 1 and 0 (later 0.5 in seed 0; seed 1 has none: left out).
+  assert ("| grpo | 2 | 1.5 ± 0.7 | 0.250 ± 0.354 | 0.562 ± 0.088 | 0.312 ± 0.265 | 0.5 ± 0.7 | "
+          "0.500 ± 0.000 |") in page
+
+
 def test_the_page_counts_moves_that_changed_nothing_from_the_raw_step_counts(tmp_path):
   folder = f"{tmp_path}/grpo/seed0"
   write_run(folder, [0.0, 0.5, 0.5, 1.0], {0: 0.25}, final=0.5)

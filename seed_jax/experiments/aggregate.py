@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from seed_jax import provenance
+from seed_jax.experiments import recurrence
 from seed_jax.experiments.arms import BC, STAGE1, get_arm
 from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, cpu_per_wall, log_path,
                                        warm_start_workdir)
@@ -56,6 +57,7 @@ class RunResults:
   warm_workdir: str = ""  # the computation of its warm start it started from
   cpu_per_wall: float | None = None  # CPU seconds a wall second over its starts (its log)
   mini_batch_size: int | None = None  # rl.mini_batch_size of its config.json
+  recurrence: dict[str, float] | None = None  # recurrence.recurrence() of its episodes
 
 
 # ------------------------------------------------------------------ reading
@@ -134,7 +136,8 @@ def read_run(workdir: str, arm: str, seed: int, warm_workdir: str = "") -> RunRe
                     read_teacher_gap(warm_workdir) if warm_workdir else None,
                     provenance.read(workdir),
                     provenance.read(warm_workdir) if warm_workdir else None, warm_workdir,
-                    mini_batch_size=_mini_batch_size(workdir))
+                    mini_batch_size=_mini_batch_size(workdir),
+                    recurrence=recurrence.recurrence(recurrence.read_episode_records(workdir)))
 
 
 def _mini_batch_size(workdir: str) -> int | None:
@@ -550,6 +553,28 @@ def learning_lines(results: dict[str, list[RunResults]]) -> list[str]:
     lines.append(f"| {arm} | {len(runs)} | {_fmt(early)} | {_fmt(late)} | "
                  f"{_fmt([rise(b, a) for a, b in zip(early, late)])} | {_fmt(start)} | "
                  f"{_fmt(final)} | {_fmt([rise(b, a) for a, b in zip(start, final)])} |")
+  return lines + recurrence_lines(results)
+
+
+def recurrence_lines(results: dict[str, list[RunResults]]) -> list[str]:
+  """Per arm, a task's success at its later draws against its first (`recurrence.py`):
+  learning with the draw's difficulty taken out. Nothing when no run has the records."""
+  runs_of = {arm: [r for r in runs if r.summary is not None and r.recurrence]
+             for arm, runs in results.items()}
+  if not any(runs_of.values()):
+    return []
+  lines = ["", "Each task drawn in two or more iterations of a run, against itself: its "
+           "success at its first draw and at its later draws (per run over its recurring "
+           "tasks, then over seeds), and the tasks every episode lost at their first draw "
+           "(no GRPO signal there) with their later success.", "",
+           "| arm | seeds | recurring tasks | first draw | later draws | rise | "
+           "lost at first draw | their later draws |", "|---" * 8 + "|"]
+  counts = ("tasks", "lost_first")
+  for arm, runs in runs_of.items():
+    if runs:
+      cells = [_fmt([r.recurrence[key] for r in runs], 1 if key in counts else 3)
+               for key in ("tasks", "first", "later", "rise", "lost_first", "lost_first_later")]
+      lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + " |")
   return lines
 
 

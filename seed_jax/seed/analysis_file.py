@@ -20,6 +20,7 @@ from etils import epath
 from seed_jax import paths
 from seed_jax.seed.analyzer import AnalysisReport
 from seed_jax.seed.batch import Trajectory
+from seed_jax.seed.episodes_file import episode_record
 
 
 def analysis_path(workdir: paths.PathLike, iteration: int) -> epath.Path:
@@ -39,11 +40,8 @@ def analysis_record(iteration: int, traj: Trajectory, report: AnalysisReport | N
     skill, summary = traj.skill, None
     error = None if traj.skill else "no skill for this task type"
   return {
-      "iteration": iteration, "traj_id": traj.traj_id, "group_id": traj.group_id,
-      "task_id": traj.task_id, "task_type": traj.info.get("task_type", ""),
-      "task": traj.task, "won": bool(traj.won), "reward": float(traj.episode_reward),
-      "num_steps": len(traj.steps),
-      "invalid_steps": sum(not s.action_valid for s in traj.steps),
+      **episode_record(iteration, traj),
+      "task": traj.task,
       "analyzer_output": report.raw if report is not None else None,
       "attempts": report.attempts if report is not None else 0,
       "summary": summary, "skill": skill, "skill_error": error,

@@ -39,6 +39,7 @@ from seed_jax.seed import losses
 from seed_jax.seed.analysis_file import write_analysis_file
 from seed_jax.seed.batch import (BatchConfig, build_batch, spread_row_order,
                                   trajectory_gate_stats)
+from seed_jax.seed.episodes_file import write_episodes_file
 from seed_jax.seed.packing import (max_segment_len, pack_batch, packed_widths, plan_packing,
                                    token_fill)
 from seed_jax.seed.skills import skill_prompt_ids
@@ -525,8 +526,10 @@ class Trainer:
     with self.timer("update"):
       ustats, gates = self.update(trajs)
       stats.update(ustats)
-    if spec.rl.opd and hosts.is_primary():
-      write_analysis_file(self.workdir, it + 1, trajs, reports, gates)
+    if hosts.is_primary():
+      write_episodes_file(self.workdir, it + 1, trajs)
+      if spec.rl.opd:
+        write_analysis_file(self.workdir, it + 1, trajs, reports, gates)
     self._sync_sampler()
     self.host.update(iteration=it + 1, task_cursor=tasks.cursor,
                      train_success=self.host.get("train_success", []) + [stats["success"]])

@@ -299,7 +299,7 @@ def test_each_iteration_writes_one_line_per_trajectory_with_its_skill_or_why_not
       "iteration": 3, "traj_id": "0", "group_id": "t", "task_id": "t",
       "task_type": "pick_cool_then_place", "task": "cool some apple and put it in countertop",
       "won": True, "reward": 10.0, "num_steps": 2, "invalid_steps": 1,
-      "analyzer_output": json.dumps(GOOD), "attempts": 1,
+      "ineffective_steps": 0, "analyzer_output": json.dumps(GOOD), "attempts": 1,
       "summary": GOOD["episode_summary"], "skill": GOOD["episode_skill"], "skill_error": None,
       "skill_from": None, "truncated": False, "omitted_steps": 0,
       "gate": {"gate_mean": 0.6, "delta_mean": 0.1}}

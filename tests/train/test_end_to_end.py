@@ -30,6 +30,14 @@ def test_every_algorithm_runs_end_to_end(tiny_model, tmp_path, algorithm):
   train = [r for r in records if r["phase"] == "train"]
   assert len(train) == 1 and np.isfinite(train[0]["loss"])
   assert train[0]["time_rollout_s"] > 0 and "invalid_action_rate" in train[0]
+  # Every arm keeps its episodes, which fold into the iteration's metrics.
+  with open(tmp_path / "episodes" / "iter_1.jsonl") as f:
+    episodes = [json.loads(line) for line in f]
+  assert len(episodes) == train[0]["episodes"]
+  assert np.mean([e["won"] for e in episodes]) == pytest.approx(train[0]["success"])
+  assert sum(e["num_steps"] for e in episodes) == train[0]["steps"]
+  assert sum(e["invalid_steps"] for e in episodes) == train[0]["invalid_actions"]
+  assert sum(e["ineffective_steps"] for e in episodes) == train[0]["ineffective_actions"]
   opd = algorithm in ("seed", "static_library", "no_sft")
   assert ("opd_loss" in train[0]) == opd
   # The teacher gap at theta_old (the default "precomputed" teacher mode), split by where the
