@@ -44,7 +44,7 @@ from typing import Any, Callable
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from bench import device_check  # noqa: E402  (after the repository joins the path)
-from seed_jax import provenance  # noqa: E402
+from seed_jax import metrics, provenance  # noqa: E402
 
 GiB = 1 << 30
 
@@ -190,7 +190,7 @@ def run_iteration(extra: list[str], timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "seed_jax.main", f"--config={ITERATION_CONFIG}",
            f"--workdir={workdir}", *extra]
     finished = run_command(cmd, timeout_s)
-    records = _read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+    records = metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
     config = _read_json(os.path.join(workdir, "config.json")) or {}
   train = [r for r in records if r.get("phase") == "train"]
   if finished.returncode != 0 or not train:
@@ -217,13 +217,6 @@ def run_iteration(extra: list[str], timeout_s: float) -> dict[str, Any]:
 
 def _round(seconds: float | None) -> float | None:
   return None if seconds is None else round(seconds, 2)
-
-
-def _read_jsonl(path: str) -> list[dict[str, Any]]:
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
 
 
 def _read_json(path: str) -> Any:

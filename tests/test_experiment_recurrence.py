@@ -61,3 +61,12 @@ def test_a_run_is_read_from_its_episodes_files_else_its_analysis_files(tmp_path)
   assert [r["iteration"] for r in recurrence.read_episode_records(run)] == [1, 2, 10]
   write_jsonl(f"{run}/episodes/iter_1.jsonl", episodes("b", 1, [1, 1]))
   assert recurrence.read_episode_records(run) == episodes("b", 1, [1, 1])
+
+
+def test_a_run_killed_mid_write_loses_only_its_torn_last_line(tmp_path):
+  run = str(tmp_path)
+  write_jsonl(f"{run}/episodes/iter_3.jsonl", episodes("a", 3, [1, 0]))
+  with open(f"{run}/episodes/iter_3.jsonl", "a") as f:
+    f.write('{"iteration": 3, "task_id": "a", "wo')
+  assert recurrence.iteration_records(run, "episodes") == {3: episodes("a", 3, [1, 0])}
+  assert recurrence.iteration_records(run, "analysis") == {}

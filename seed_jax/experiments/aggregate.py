@@ -91,11 +91,6 @@ def skill_quality(records: Sequence[dict[str, Any]]) -> dict[str, float]:
   }
 
 
-def _read_jsonl(path: str) -> list[dict[str, Any]]:
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
-
-
 def _phases(workdir: str) -> dict[str, dict[int, dict[str, Any]]]:
   """phase ("train", "eval") -> step -> the run's record."""
   by_phase: dict[str, dict[int, dict[str, Any]]] = {"train": {}, "eval": {}}
@@ -123,21 +118,21 @@ def read_run(workdir: str, arm: str, seed: int, warm_workdir: str = "") -> RunRe
     warm_eval = _phases(warm_workdir)["eval"].get(0)
     if warm_eval is not None:
       by_phase["eval"].setdefault(0, warm_eval)
-  skills = {}
-  for path in glob.glob(os.path.join(workdir, "analysis", "iter_*.jsonl")):
-    step = int(re.search(r"iter_(\d+)\.jsonl$", path).group(1))
-    skills[step] = skill_quality(_read_jsonl(path))
+  analysis = recurrence.iteration_records(workdir, "analysis")
   summary = None
   if os.path.exists(os.path.join(workdir, "summary.json")):
     with open(os.path.join(workdir, "summary.json")) as f:
       summary = json.load(f)
-  return RunResults(arm, seed, by_phase["train"], by_phase["eval"], skills, summary,
+  return RunResults(arm, seed, by_phase["train"], by_phase["eval"],
+                    {step: skill_quality(records) for step, records in analysis.items()},
+                    summary,
                     read_teacher_gap(workdir),
                     read_teacher_gap(warm_workdir) if warm_workdir else None,
                     provenance.read(workdir),
                     provenance.read(warm_workdir) if warm_workdir else None, warm_workdir,
                     mini_batch_size=_mini_batch_size(workdir),
-                    recurrence=recurrence.recurrence(recurrence.read_episode_records(workdir)))
+                    recurrence=recurrence.recurrence(
+                        recurrence.read_episode_records(workdir, analysis)))
 
 
 def _mini_batch_size(workdir: str) -> int | None:

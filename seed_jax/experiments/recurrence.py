@@ -15,27 +15,35 @@ from __future__ import annotations
 
 import collections
 import glob
-import json
 import os
 import re
 from typing import Any, Sequence
 
 import numpy as np
 
+from seed_jax import metrics
 
-def read_episode_records(workdir: str) -> list[dict[str, Any]]:
+
+def iteration_records(workdir: str, folder: str) -> dict[int, list[dict[str, Any]]]:
+  """iteration -> the records of `workdir/folder/iter_N.jsonl` (a torn last line, from a
+  run killed mid-write, is left out); {} when the folder has none."""
+  by_iteration = {}
+  for path in glob.glob(os.path.join(workdir, folder, "iter_*.jsonl")):
+    iteration = int(re.search(r"iter_(\d+)\.jsonl$", path).group(1))
+    by_iteration[iteration] = metrics.read_metrics(path)
+  return dict(sorted(by_iteration.items()))
+
+
+def read_episode_records(workdir: str,
+                         analysis: dict[int, list[dict[str, Any]]] | None = None
+                         ) -> list[dict[str, Any]]:
   """A run's per-episode records in iteration order: `episodes/iter_N.jsonl`, or for a run
-  that predates that file the OPD arms' `analysis/iter_N.jsonl` (the same head fields);
-  [] when it has neither."""
-  for folder in ("episodes", "analysis"):
-    paths = glob.glob(os.path.join(workdir, folder, "iter_*.jsonl"))
-    if paths:
-      break
-  records = []
-  for path in sorted(paths, key=lambda p: int(re.search(r"iter_(\d+)\.jsonl$", p).group(1))):
-    with open(path) as f:
-      records += [json.loads(line) for line in f if line.strip()]
-  return records
+  that predates that file the OPD arms' `analysis/iter_N.jsonl` (the same head fields;
+  `analysis` when the caller has read them already); [] when it has neither."""
+  by_iteration = iteration_records(workdir, "episodes")
+  if not by_iteration:
+    by_iteration = iteration_records(workdir, "analysis") if analysis is None else analysis
+  return [record for _, records in sorted(by_iteration.items()) for record in records]
 
 
 def task_draws(records: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
