@@ -129,6 +129,10 @@ def get_base_config() -> ml_collections.ConfigDict:
       # run of alike groups does not fill whole mini-batches that GRPO skips and SEED steps
       # on with OPD alone (seed_jax/seed/batch.py: spread_row_order); off in the paper.
       spread_outcome_rows=False,
+      # The response tokens the OPD term counts: "response" (every one, the paper's) or
+      # "decision" (where the response first names its action: the move itself, not the
+      # reasoning before it nor the action block that repeats it; a small-model aid).
+      opd_span="response",
       logprob_chunk=512,
       # A turn row's prompt part is the batch's longest prompt rounded up to a multiple of
       # this (few compiled shapes; 128 tiles a TPU's matrix units). Short prompts waste

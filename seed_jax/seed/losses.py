@@ -134,6 +134,13 @@ def per_token(values: Array) -> Array:
   return values[:, None] if values.ndim == 1 else values
 
 
+# `rl.opd_span`: the response tokens the OPD term counts. "response": all of them (the
+# paper's); "decision": where the response first names its action, marked per token by the
+# batch's `OPD_SPAN_KEY` array `[B, R]` (`Trainer.scored_batch`).
+OPD_SPANS = ("response", "decision")
+OPD_SPAN_KEY = "opd_span"
+
+
 def outcome_token_mask(batch: dict[str, Array]) -> Array:
   """`[B, R]` float32: the response tokens of the rows whose outcome terms count
   (`response_mask`, times `outcome_mask` where the batch has one)."""
@@ -145,9 +152,13 @@ def outcome_token_mask(batch: dict[str, Array]) -> Array:
 
 def opd_token_mask(batch: dict[str, Array]) -> Array:
   """`[B, R]` float32: the response tokens of the rows with a valid skill (`opd_mask`),
-  where the OPD term counts; its sum is the term's token-mean denominator."""
-  return batch["response_mask"].astype(jnp.float32) * per_token(
+  where the OPD term counts, and of those only the span `opd_span [B, R]` marks where the
+  batch has one (`rl.opd_span` "decision"); its sum is the term's token-mean denominator."""
+  mask = batch["response_mask"].astype(jnp.float32) * per_token(
       batch["opd_mask"]).astype(jnp.float32)
+  if OPD_SPAN_KEY in batch:
+    mask = mask * batch[OPD_SPAN_KEY].astype(jnp.float32)
+  return mask
 
 
 def signal_tokens(batch: dict[str, Array], with_opd: bool) -> Array:
@@ -174,7 +185,8 @@ def seed_loss_sums(
     logprobs, entropy: `[B, R]` of the trained policy at response tokens.
     batch: holds `response_mask [B, R]`, `old_logprobs [B, R]` (the sampler's),
       `advantages [B]` and `opd_mask [B]` (1 where the row has a valid skill); optionally
-      `outcome_mask [B]` (0 takes a row out of every term but OPD, `tokens` included).
+      `outcome_mask [B]` (0 takes a row out of every term but OPD, `tokens` included) and
+      `opd_span [B, R]` (1 at the tokens the OPD term counts; without it, all of them).
       The three per-row arrays may be given per token, `[B, R]` (packed sequences).
     teacher_logprobs: `[B, R]` under the skill-augmented prompt, or None without OPD.
     ref_logprobs: `[B, R]` under the reference, or None without KL.

@@ -16,7 +16,7 @@ Packed batch (N sequences; Ls, Lt the student and teacher widths; Rp response sl
   `[N, Rp]` (the position whose hidden state predicts each response token); the same four
   `teacher_*` arrays for the skill-augmented prompts, their response slots in the same
   order; response_mask, old_logprobs, advantages, opd_mask, outcome_mask and, where the row
-  batch has them, teacher_logprobs / ref_logprobs: float32 `[N, Rp]`.
+  batch has them, teacher_logprobs / ref_logprobs / opd_span: float32 `[N, Rp]`.
 
 Turns go to sequences longest first, each to the one with the least tokens so far (the
 LPT rule), so the N sequences come out nearly equal in length; within a sequence they
@@ -29,8 +29,11 @@ import dataclasses
 
 import numpy as np
 
+from seed_jax.seed.losses import OPD_SPAN_KEY
+
 # Per-token arrays `[B, R]` of the row layout that follow the response slots.
-TOKEN_KEYS = ("response_mask", "old_logprobs", "teacher_logprobs", "ref_logprobs")
+TOKEN_KEYS = ("response_mask", "old_logprobs", "teacher_logprobs", "ref_logprobs",
+              OPD_SPAN_KEY)
 # Per-row arrays `[B]` broadcast to the row's response slots.
 ROW_KEYS = ("advantages", "opd_mask", "outcome_mask")
 # Response slots are rounded up to a multiple of this, so that few step shapes compile.

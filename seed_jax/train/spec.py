@@ -30,7 +30,7 @@ from seed_jax.parallel.rules import validate_rules
 from seed_jax.seed.analyzer import AnalyzerConfig
 from seed_jax.seed.batch import BatchConfig
 from seed_jax.wandb_sink import WandbSettings
-from seed_jax.seed.losses import LossConfig
+from seed_jax.seed.losses import OPD_SPANS, LossConfig
 from seed_jax.seed.skills import PLACEMENTS
 from seed_jax.seed.optim import OptimConfig
 from seed_jax.seed.train_step import TrainStepConfig
@@ -145,6 +145,10 @@ class RLSpec:
     kl: a reference model is kept (`rl.kl_coef > 0`).
     spread_outcome_rows: the rows with an outcome signal dealt round-robin over the
       mini-batches (`batch.spread_row_order`) instead of slicing in batch order.
+    opd_span: the response tokens the OPD term counts (`OPD_SPANS`): "response", every
+      one (the paper's); "decision", only where the response first names its action
+      (`agent_format.decision_char_span`), so that the teacher's other opinions (on the
+      reasoning's wording, given a skill to follow) do not enter the term.
   """
   iterations: int
   tasks_per_batch: int
@@ -155,9 +159,11 @@ class RLSpec:
   kl: bool
   pack_rows: int = 0
   spread_outcome_rows: bool = False
+  opd_span: str = "response"
 
   def __post_init__(self):
     require(self, ("iterations", "pack_rows"), non_negative_int, "a non-negative integer")
+    require(self, "opd_span", one_of(OPD_SPANS), f"one of {OPD_SPANS}")
     require(self, ("tasks_per_batch", "group_size", "mini_batch_size", "micro_batch_size"),
             positive_int, "a positive integer")
     require(self, "mini_batch_size", lambda v: v % self.micro_batch_size == 0,
@@ -401,7 +407,7 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
       "iterations": "rl.iterations", "tasks_per_batch": "rollout.tasks_per_batch",
       "group_size": "rollout.group_size", "mini_batch_size": "rl.mini_batch_size",
       "micro_batch_size": "rl.micro_batch_size", "pack_rows": "rl.pack_rows",
-      "spread_outcome_rows": "rl.spread_outcome_rows"},
+      "spread_outcome_rows": "rl.spread_outcome_rows", "opd_span": "rl.opd_span"},
       opd=opd, kl=loss.kl_coef > 0)
   if not opd:  # no teacher: the loss has no OPD term
     loss = dataclasses.replace(loss, lambda_opd=0.0)

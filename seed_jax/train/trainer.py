@@ -27,6 +27,7 @@ from seed_jax import metrics as metrics_lib
 from seed_jax import paths, provenance
 from seed_jax.agent.prompts import PromptEncoder
 from seed_jax.checkpoint import Checkpointer
+from seed_jax.envs.agent_format import decision_char_span
 from seed_jax.envs.pool import EnvPool
 from seed_jax.envs.registry import get_env_module
 from seed_jax.models import export_hf, load_model, resolve_model_path
@@ -593,9 +594,15 @@ class Trainer:
   def scored_batch(self, trajs) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """The update's rows (`build_batch`) with what is scored once before the steps: the
     teacher's log-probs at theta_old (OPD in the "precomputed" teacher mode) and the
-    reference's (with the KL term). Returns (batch, build_batch's stats)."""
+    reference's (with the KL term); with `rl.opd_span` "decision", the tokens the OPD term
+    counts (`losses.OPD_SPAN_KEY`). Returns (batch, build_batch's stats)."""
     spec = self.spec
     batch, bstats = build_batch(trajs, self.batch_config, with_teacher=spec.rl.opd)
+    if spec.rl.opd and spec.rl.opd_span == "decision":
+      (decisions,) = response_span_masks(trajs, spec.batch.response_len, self.tokenizer,
+                                         num_rows=batch["advantages"].shape[0],
+                                         spans=(decision_char_span,))
+      batch[losses.OPD_SPAN_KEY] = decisions.astype(np.float32)
     if spec.rl.opd and spec.train_step.teacher_mode == "precomputed":
       batch["teacher_logprobs"] = self.score_rows(self.state.params, batch, "teacher")
     if spec.rl.kl:

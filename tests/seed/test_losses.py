@@ -337,3 +337,37 @@ def test_the_token_masks_count_response_tokens_of_the_rows_each_term_keeps():
     assert float(losses.signal_tokens(rows, with_opd=False)) == want_outcome.sum()
     assert float(losses.signal_tokens(rows, with_opd=True)) == np.maximum(
         want_outcome, want_opd).sum()
+
+
+def _total_loss(lp, batch, args):
+  entropy, teacher, ref, cfg = args
+  return _jax_total(lp, entropy, batch, teacher, ref, cfg)[0]
+
+
+def test_an_opd_span_keeps_the_opd_term_to_its_tokens_and_leaves_the_outcome_terms():
+  """`rl.opd_span` "decision": the OPD term, its gradient and its token-mean denominator
+  count only the marked tokens of the rows with a skill; PG, entropy and KL are as without."""
+  cfg = losses.LossConfig(lambda_opd=1.0, beta_opd=5.0, opd_gate_baseline=0.5)
+  lp, entropy, batch, teacher, ref = _inputs(7)
+  span = np.zeros((B, R), np.float32)
+  span[:, 2] = 1.0  # one decision token a row
+  span[0, 3] = 1.0
+  plain = {k: jnp.asarray(v) for k, v in batch.items()}
+  spanned = dict(plain, **{losses.OPD_SPAN_KEY: jnp.asarray(span)})
+  args = (jnp.asarray(entropy), jnp.asarray(teacher), jnp.asarray(ref), cfg)
+
+  counted = batch["response_mask"] * batch["opd_mask"][:, None] * span
+  _, sums = _jax_total(jnp.asarray(lp), args[0], spanned, *args[1:])
+  _, plain_sums = _jax_total(jnp.asarray(lp), args[0], plain, *args[1:])
+  assert float(sums["opd_tokens"]) == counted.sum() > 0
+  for key in ("pg_sum", "entropy_sum", "kl_sum", "tokens"):
+    np.testing.assert_allclose(sums[key], plain_sums[key], rtol=1e-6, err_msg=key)
+
+  grad = jax.grad(lambda x: _total_loss(x, spanned, args))(jnp.asarray(lp))
+  grad_plain = jax.grad(lambda x: _total_loss(x, plain, args))(jnp.asarray(lp))
+  gate = 1 / (1 + np.exp(-cfg.beta_opd * (teacher.astype(np.float64) - lp)))
+  opd_grad = -cfg.lambda_opd * (gate - 0.5) * counted / counted.sum()
+  plain_opd = batch["response_mask"] * batch["opd_mask"][:, None]
+  outcome_grad = np.asarray(grad_plain) + (
+      cfg.lambda_opd * (gate - 0.5) * plain_opd / plain_opd.sum())
+  np.testing.assert_allclose(grad, outcome_grad + opd_grad, rtol=1e-4, atol=1e-7)

@@ -47,6 +47,9 @@ def _row_batch(rows_multiple=16, num_trajectories=6):
   rng = np.random.default_rng(1)
   for key in ("teacher_logprobs", "ref_logprobs"):
     batch[key] = rng.normal(-5.0, 0.5, size=batch["old_logprobs"].shape).astype(np.float32)
+  # `rl.opd_span` "decision": the tokens the OPD term counts, a per-token array like the above.
+  batch[losses.OPD_SPAN_KEY] = (rng.random(batch["old_logprobs"].shape) < 0.5).astype(
+      np.float32)
   return batch
 
 
@@ -90,7 +93,7 @@ def test_every_turn_is_one_segment_with_its_prompt_response_and_positions():
   for key in ("advantages", "opd_mask", "outcome_mask"):
     np.testing.assert_allclose((packed[key] * packed["response_mask"]).sum(),
                                (batch[key][:, None] * batch["response_mask"]).sum(), rtol=1e-6)
-  for key in ("old_logprobs", "teacher_logprobs", "ref_logprobs"):
+  for key in ("old_logprobs", "teacher_logprobs", "ref_logprobs", losses.OPD_SPAN_KEY):
     np.testing.assert_allclose((packed[key] * packed["response_mask"]).sum(),
                                (batch[key] * batch["response_mask"]).sum(), rtol=1e-6)
 
