@@ -39,11 +39,12 @@ def read_episode_records(workdir: str,
                          ) -> list[dict[str, Any]]:
   """A run's per-episode records in iteration order: `episodes/iter_N.jsonl`, or for a run
   that predates that file the OPD arms' `analysis/iter_N.jsonl` (the same head fields;
-  `analysis` when the caller has read them already); [] when it has neither."""
+  `analysis`, `iteration_records` of that folder, when the caller has read them already);
+  [] when it has neither."""
   by_iteration = iteration_records(workdir, "episodes")
   if not by_iteration:
     by_iteration = iteration_records(workdir, "analysis") if analysis is None else analysis
-  return [record for _, records in sorted(by_iteration.items()) for record in records]
+  return [record for records in by_iteration.values() for record in records]
 
 
 def task_draws(records: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
