@@ -182,6 +182,10 @@ def get_base_config() -> ml_collections.ConfigDict:
       # RL on the training games the warm start did not clone.
       skill_fraction=0.0,
       disjoint=False,
+      # env.* settings the cloned games are played with instead (a preset sets them, e.g.
+      # Sokoban's max_solution_steps: a warm start on shorter puzzles than RL's); empty:
+      # the env's own.
+      env_settings={},
   ))
 
   c.eval = ml_collections.ConfigDict(dict(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import ml_collections
 
@@ -189,11 +189,13 @@ class Stage1Spec:
   fine_tune: FineTuneSpec
   # Behaviour-cloning examples trained on beside each analyzer example (`sft.rehearsal`;
   # a small-model aid, 0 in the paper presets): the expert's steps on the first
-  # `rehearsal_episodes` training tasks (`bc.episodes`), a `rehearsal_skill_fraction`
+  # `rehearsal_episodes` training tasks (`bc.episodes`), played with
+  # `rehearsal_env_settings` (`bc.env_settings`), a `rehearsal_skill_fraction`
   # (`bc.skill_fraction`) of them shown with the oracle skill, as the warm start made them.
   rehearsal: float = 0.0
   rehearsal_episodes: int = 0
   rehearsal_skill_fraction: float = 0.0
+  rehearsal_env_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     require(self, "tasks_per_type", non_negative_int, "a non-negative integer")
@@ -216,11 +218,15 @@ class BehaviourCloningSpec:
       small-model aid of issue 24; 0 in the paper presets).
     disjoint: RL trains on the training games the warm start did not clone (cloning the
       very games RL trains on leaves the teacher nothing to teach).
+    env_settings: env settings the cloned games are played with instead of `env.*` (e.g.
+      Sokoban's `max_solution_steps`: a warm start on shorter puzzles than RL's, whose
+      longer ones leave it room to learn); empty, the env's own.
   """
   episodes: int
   fine_tune: FineTuneSpec
   skill_fraction: float = 0.0
   disjoint: bool = False
+  env_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     require(self, "episodes", non_negative_int, "a non-negative integer")
@@ -335,10 +341,40 @@ def _env_spec(config: ml_collections.ConfigDict) -> EnvSpec:
   if "solvable_within" in env and not positive_int(env.solvable_within):
     raise ConfigError("config.env.solvable_within: a positive number of expert steps, got "
                       f"{env.solvable_within!r}")
+  _check_solution_steps(env, lambda key: f"config.env.{key}")
   settings = ml_collections.FrozenConfigDict({k: v for k, v in env.items() if k != "name"})
   return _build(EnvSpec, config, {"num_workers": "pool.num_workers",
                                   "step_timeout_s": "pool.step_timeout_s"},
                 name=name, settings=settings)
+
+
+def _check_solution_steps(settings, where: Callable[[str], str]) -> None:
+  """Sokoban's band of puzzle lengths: positive, the minimum not above the maximum;
+  `where(key)` names the config key a value came from."""
+  if "max_solution_steps" not in settings:
+    return
+  for key in ("min_solution_steps", "max_solution_steps"):
+    if not positive_int(settings[key]):
+      raise ConfigError(f"{where(key)}: a positive number of moves, got {settings[key]!r}")
+  if settings.min_solution_steps > settings.max_solution_steps:
+    raise ConfigError(f"{where('min_solution_steps')}: at most max_solution_steps "
+                      f"({settings.max_solution_steps}), got {settings.min_solution_steps}")
+
+
+def _bc_env_settings(config: ml_collections.ConfigDict, env: EnvSpec) -> dict[str, Any]:
+  """`bc.env_settings` as a dict, each key a setting of the env and the settings it makes
+  valid (a bad one named by its key)."""
+  overrides = _get(config, "bc.env_settings").to_dict()
+  unknown = sorted(set(overrides) - set(env.settings.keys()))
+  if unknown:
+    raise ConfigError(f"config.bc.env_settings.{unknown[0]}: not a setting of env "
+                      f"{env.name!r}")
+  if "max_steps" in overrides and not positive_int(overrides["max_steps"]):
+    raise ConfigError(f"config.bc.env_settings.max_steps: a positive integer, got "
+                      f"{overrides['max_steps']!r}")
+  _check_solution_steps(env.with_settings(**overrides), lambda key: (
+      f"config.bc.env_settings.{key}" if key in overrides else f"config.env.{key}"))
+  return overrides
 
 
 def _mesh(config: ml_collections.ConfigDict) -> MeshConfig:
@@ -439,6 +475,7 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
               "max_tokens": "sft.max_tokens", "holdout_fraction": "sft.holdout_fraction",
               "grad_clip": "rl.grad_clip", "chunk": "rl.logprob_chunk",
               "pack_rows": "sft.pack_rows"}
+  cloned_env_settings = _bc_env_settings(config, env)
   stage1 = _build(Stage1Spec, config, {
       "tasks_per_type": "sft.tasks_per_type", "rollouts_per_task": "sft.rollouts_per_task",
       "history_length": "sft.history_length", "rehearsal": "sft.rehearsal",
@@ -446,6 +483,7 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
       rollout=_rollout(config, max_turns=_positive_key(config, "sft.max_turns"),
                        temperature_key="sft.temperature", top_p_key=None),
       annotator=_analyzer(config, "sft.analyzer_backend"),
+      rehearsal_env_settings=cloned_env_settings,
       fine_tune=_build(FineTuneSpec, config, sft_keys, b2=0.95, weight_decay=0.01))
   analyzer_row = analyzer_prompt + analyzer.max_tokens
   if algorithm.stage1_sft and stage1.fine_tune.max_tokens < analyzer_row:
@@ -463,7 +501,8 @@ def build_run_spec(config: ml_collections.ConfigDict) -> RunSpec:
                     "learning_rate": "bc.learning_rate", "max_tokens": "sft.max_tokens",
                     "grad_clip": "rl.grad_clip", "chunk": "rl.logprob_chunk",
                     "pack_rows": "bc.pack_rows"},
-                    warmup_fraction=0.0, b2=0.95, weight_decay=0.0))
+                    warmup_fraction=0.0, b2=0.95, weight_decay=0.0),
+                env_settings=cloned_env_settings)
   evaluation = _build(EvalSpec, config, {
       "every": "eval.every", "splits": "eval.splits", "max_episodes": "eval.max_episodes",
       "at_end": "eval.at_end"},

@@ -13,11 +13,12 @@ iteration checkpointed, and `run()` returns normally (see `Trainer.run`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import numpy as np
@@ -346,14 +347,26 @@ class Trainer:
       self._fine_tune(examples, self.spec.bc.fine_tune, phase="bc")
 
   def behaviour_cloning_examples(self, episodes: int | None = None,
-                                 skill_fraction: float | None = None) -> tuple[list, list]:
+                                 skill_fraction: float | None = None,
+                                 env_settings: Mapping[str, Any] | None = None
+                                 ) -> tuple[list, list]:
     """(demonstrations, examples): the env expert's episodes on the first `episodes`
-    (`bc.episodes`) training tasks and the warm start's examples made from them."""
-    episodes = self.spec.bc.episodes if episodes is None else episodes
-    skill_fraction = self.spec.bc.skill_fraction if skill_fraction is None else skill_fraction
-    tasks = self.tasks("train")[:episodes]
-    demos = collect_demonstrations(self.pool(), self.fmt, tasks, self.env_config.max_steps,
-                                   self.spec.seed)
+    (`bc.episodes`) training tasks, played with `env_settings` (`bc.env_settings`), and the
+    warm start's examples made from them."""
+    bc = self.spec.bc
+    episodes = bc.episodes if episodes is None else episodes
+    skill_fraction = bc.skill_fraction if skill_fraction is None else skill_fraction
+    env_settings = bc.env_settings if env_settings is None else env_settings
+    if env_settings:  # the cloned games are played with settings of their own
+      settings = self.spec.env.with_settings(**env_settings)
+      games, pool = (self.env.load_tasks(settings, "train"),
+                     self._make_pool(settings, with_expert=True))
+    else:  # the run's games and pool, which stays open for RL
+      settings, games, pool = (self.env_config, self.tasks("train"),
+                               contextlib.nullcontext(self.pool()))
+    with pool as cloning_pool:
+      demos = collect_demonstrations(cloning_pool, self.env.make_agent_format(settings),
+                                     games[:episodes], settings.max_steps, self.spec.seed)
     examples = stage1.bc_examples(
         self.tokenizer, demos, skill_fraction=skill_fraction,
         task_line_pattern=self.fmt.task_line_pattern, placement=self.spec.skill_placement,
@@ -365,7 +378,8 @@ class Trainer:
     to train on beside the analyzer's (`sft.rehearsal`)."""
     spec = self.spec.stage1
     _, examples = self.behaviour_cloning_examples(spec.rehearsal_episodes,
-                                                  spec.rehearsal_skill_fraction)
+                                                  spec.rehearsal_skill_fraction,
+                                                  spec.rehearsal_env_settings)
     chosen = np.random.default_rng([self.spec.seed, 1]).permutation(len(examples))[:count]
     return [examples[i] for i in sorted(chosen)]
 

@@ -26,8 +26,10 @@ def puzzle_settings() -> dict[str, Any]:
       "width": 6,
       "num_boxes": 1,
       "max_steps": 15,  # verl-agent's Sokoban turn limit
-      # Puzzles whose optimal solution is longer are rejected, so the turn limit can be met.
+      # Puzzles whose optimal solution is longer are rejected, so the turn limit can be met;
+      # shorter than the minimum, rejected too (a trivial puzzle, or a band of difficulty).
       "max_solution_steps": 12,
+      "min_solution_steps": 2,
       "num_tasks": {"train": 1000, "valid_seen": 100, "valid_unseen": 100},
       "tile": 16,  # pixels per cell of the RGB rendering (gym-sokoban's sprites are 16 px)
       # List only the moves that change the board as admissible (a small-model aid; all
@@ -65,9 +67,16 @@ def load_tasks(config: ml_collections.ConfigDict, split: str,
 def make_env(config: ml_collections.ConfigDict, with_expert: bool = False) -> SokobanEnv:
   """A Sokoban env; with the expert, info["expert_action"] is the next move of a shortest
   solution (BFS)."""
+  return puzzle_env(config, with_expert, include_image=config.include_image)
+
+
+def puzzle_env(config: ml_collections.ConfigDict, with_expert: bool,
+               include_image: bool) -> SokobanEnv:
+  """A SokobanEnv from the settings every variant shares (`puzzle_settings`)."""
   return SokobanEnv(max_steps=config.max_steps, max_solution_steps=config.max_solution_steps,
-                    with_expert=with_expert, include_image=config.include_image,
-                    tile=config.tile, effective_moves_only=config.effective_moves_only)
+                    min_solution_steps=config.min_solution_steps, with_expert=with_expert,
+                    include_image=include_image, tile=config.tile,
+                    effective_moves_only=config.effective_moves_only)
 
 
 def make_agent_format(config: ml_collections.ConfigDict) -> SokobanFormat:

@@ -117,15 +117,18 @@ class SokobanEnv(base.Env):
   """
 
   def __init__(self, max_steps: int, max_solution_steps: int, with_expert: bool = False,
-               include_image: bool = False, tile: int = 16, effective_moves_only: bool = False):
+               include_image: bool = False, tile: int = 16, effective_moves_only: bool = False,
+               min_solution_steps: int = 2):
     """`include_image`: every info also holds "image", `render_rgb(board, tile)`;
     `effective_moves_only`: the admissible actions are the moves that change the board
     (not a wall ahead, nor a box that cannot move), as ALFWorld lists the commands that do
     something; otherwise all four (gym-sokoban, verl-agent). Either way any move may be
-    taken."""
+    taken. A task's puzzle is the first its seed generates whose shortest solution takes
+    `min_solution_steps` to `max_solution_steps` moves."""
     self._effective_moves_only = effective_moves_only
     self._max_steps = max_steps
     self._max_solution_steps = max_solution_steps
+    self._min_solution_steps = min_solution_steps
     self._with_expert = with_expert
     self._include_image = include_image
     self._tile = tile
@@ -144,7 +147,8 @@ class SokobanEnv(base.Env):
     payload = task.payload
     self._board, _ = generator.generate(
         payload["seed"], height=payload["height"], width=payload["width"],
-        num_boxes=payload["num_boxes"], max_solution_steps=self._max_solution_steps)
+        num_boxes=payload["num_boxes"], max_solution_steps=self._max_solution_steps,
+        min_solution_steps=self._min_solution_steps)
     self._task = task
     self._steps = 0
     info = self._info(action_valid=True)

@@ -33,9 +33,7 @@ def load_tasks(config: ml_collections.ConfigDict, split: str) -> list[base.Task]
 def make_env(config: ml_collections.ConfigDict, with_expert: bool = False) -> SokobanEnv:
   """A Sokoban env whose every info holds "image": the board, `[H * tile, W * tile, 3]`
   uint8; with the expert, info["expert_action"] is the next move of a shortest solution."""
-  return SokobanEnv(max_steps=config.max_steps, max_solution_steps=config.max_solution_steps,
-                    with_expert=with_expert, include_image=True, tile=config.tile,
-                    effective_moves_only=config.effective_moves_only)
+  return sokoban.puzzle_env(config, with_expert, include_image=True)
 
 
 def make_agent_format(config: ml_collections.ConfigDict) -> SokobanVisualFormat:
