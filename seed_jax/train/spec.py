@@ -357,8 +357,8 @@ def _check_solution_steps(settings, where: Callable[[str], str]) -> None:
     if not positive_int(settings[key]):
       raise ConfigError(f"{where(key)}: a positive number of moves, got {settings[key]!r}")
   if settings.min_solution_steps > settings.max_solution_steps:
-    raise ConfigError(f"{where('min_solution_steps')}: at most max_solution_steps "
-                      f"({settings.max_solution_steps}), got {settings.min_solution_steps}")
+    raise ConfigError(f"{where('min_solution_steps')} ({settings.min_solution_steps}) is above "
+                      f"{where('max_solution_steps')} ({settings.max_solution_steps})")
 
 
 def _bc_env_settings(config: ml_collections.ConfigDict, env: EnvSpec) -> dict[str, Any]:

@@ -36,6 +36,26 @@ def test_generation_is_deterministic_and_solvable_within_the_limit():
     assert board.solved
 
 
+def test_generation_keeps_the_shortest_solution_within_the_band():
+  """`min_solution_steps`..`max_solution_steps`: a seed's puzzle is the first whose BFS
+  solution has a length in the band (checked here by solving it again)."""
+  for seed in range(20):
+    board, solution = generator.generate(seed, max_solution_steps=5, min_solution_steps=4)
+    assert len(solution) in (4, 5) and len(generator.solve(board)) == len(solution)
+
+
+def test_the_env_plays_the_puzzles_of_its_band():
+  task = base.seeded_tasks("sokoban", "train", {"train": 1}, task_type="t", height=6,
+                           width=6, num_boxes=1)[0]
+  for band in ((2, 3), (4, 5)):
+    env = sokoban_env.SokobanEnv(max_steps=8, max_solution_steps=band[1],
+                                 min_solution_steps=band[0])
+    env.reset(task, seed=0)
+    assert band[0] <= len(generator.solve(env.board)) <= band[1]
+  with pytest.raises(RuntimeError, match="4-3 steps"):
+    generator.generate(0, max_solution_steps=3, min_solution_steps=4, max_tries=5)
+
+
 def test_generation_honours_size_and_box_count():
   board, solution = generator.generate(7, height=8, width=7, num_boxes=2, max_solution_steps=40)
   assert board.shape == (8, 7)

@@ -40,7 +40,8 @@ def _field(spec, path):
 
 @pytest.mark.parametrize("env,preset", [(env, preset) for env in ENVS for preset in ("", "cpu")]
                          + [("alfworld", "compare"), ("sokoban", "learn"),
-                            ("sokoban", "learn_fast"), ("sokoban", "learn_placed")])
+                            ("sokoban", "learn_fast"), ("sokoban", "learn_placed"),
+                            ("sokoban", "learn_long")])
 def test_every_config_and_preset_validates(env, preset):
   config = load(env, preset)
   spec = build_run_spec(config)
@@ -96,6 +97,46 @@ def test_each_later_sokoban_learning_preset_is_its_parent_plus_one_aid(parent, p
     assert _field(child, path) == value and _field(paper, path) != value
     _set(child, path, _field(base, path))
   assert child.to_dict() == base.to_dict()
+
+
+def test_the_long_puzzle_preset_clones_short_puzzles_and_learns_longer_ones():
+  """configs/sokoban.py:learn_long: `:learn_listed` cloning 512 puzzles of 2-3 moves (the
+  warm start and stage 1's rehearsal alike), RL and the held-out games on 4-5 moves within
+  8 turns, 64 puzzles left for RL and 32 held out; nothing else differs."""
+  listed, long_ = load("sokoban", "learn_listed"), load("sokoban", "learn_long")
+  spec = build_run_spec(long_)
+  cloned = {"max_solution_steps": 3, "min_solution_steps": 2}
+  assert spec.bc.env_settings == spec.stage1.rehearsal_env_settings == cloned
+  assert (spec.env.settings.min_solution_steps, spec.env.settings.max_solution_steps,
+          spec.env.max_steps, spec.bc.episodes) == (4, 5, 8, 512)
+  assert dict(long_.env.num_tasks) == {"train": 576, "valid_seen": 8, "valid_unseen": 32}
+  assert build_run_spec(listed).bc.env_settings == {}  # the run's own settings
+  for key in ("bc.episodes", "env.max_solution_steps", "env.min_solution_steps",
+              "env.max_steps", "env.num_tasks"):
+    _set(long_, key, _field(listed, key))
+  _set(long_, "bc.env_settings", {})
+  assert long_.to_dict() == listed.to_dict()
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("env.min_solution_steps", 0, "config.env.min_solution_steps: a positive number"),
+    ("env.min_solution_steps", 13,
+     r"config.env.min_solution_steps \(13\) is above config.env.max_solution_steps \(12\)"),
+    ("bc.env_settings", {"max_solution_steps": 1},
+     r"config.env.min_solution_steps \(2\) is above "
+     r"config.bc.env_settings.max_solution_steps \(1\)"),
+    ("bc.env_settings", {"min_solution_steps": 4, "max_solution_steps": 3},
+     r"config.bc.env_settings.min_solution_steps \(4\) is above "
+     r"config.bc.env_settings.max_solution_steps \(3\)"),
+    ("bc.env_settings", {"solution_steps": 3},
+     "config.bc.env_settings.solution_steps: not a setting of env 'sokoban'"),
+    ("bc.env_settings", {"max_steps": 0}, "config.bc.env_settings.max_steps: a positive"),
+])
+def test_bad_puzzle_bands_name_the_key(key, value, match):
+  """Sokoban's band of solution lengths, the run's and the cloned games' own."""
+  config = _set(load("sokoban", "cpu"), key, value)
+  with pytest.raises(ConfigError, match=match):
+    build_run_spec(config)
 
 
 def test_paper_defaults():

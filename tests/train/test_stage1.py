@@ -209,3 +209,26 @@ def test_stage_1_rehearses_behaviour_cloning_examples_beside_the_analyzers(tiny_
   assert not any((tuple(e.prompt_ids), tuple(e.target_ids)) in cloned
                  for e in trained[:analyzer_examples])
   assert [e.prompt_ids for e in chosen_again] == [e.prompt_ids for e in rehearsed]
+
+
+def test_the_warm_start_clones_games_played_with_its_own_env_settings(tiny_model, tmp_path):
+  """`bc.env_settings`: the warm start clones puzzles of 2 moves while the run's own are of
+  5-6, and stage 1 rehearses the examples of those same cloned games."""
+  from seed_jax.train.trainer import Trainer  # pylint: disable=import-outside-toplevel
+  from tests.train.conftest import tiny_spec  # pylint: disable=import-outside-toplevel
+  spec = tiny_spec(tiny_model, "seed", **{
+      "bc.episodes": 3, "env.min_solution_steps": 5, "env.max_solution_steps": 6,
+      "env.max_steps": 8,
+      "bc.env_settings": {"min_solution_steps": 2, "max_solution_steps": 2}})
+  trainer = Trainer(spec, str(tmp_path))
+  try:
+    demos, examples = trainer.behaviour_cloning_examples()
+    runs_own, _ = trainer.behaviour_cloning_examples(env_settings={})
+    rehearsed = trainer.rehearsal_examples(len(examples))
+  finally:
+    trainer.close()
+  assert [(len(d.actions), d.won) for d in demos] == [(2, True)] * 3
+  assert [d.task_id for d in demos] == [d.task_id for d in runs_own]  # the same seeds
+  assert all(len(d.actions) in (5, 6) and d.won for d in runs_own)
+  pairs = lambda chosen: sorted((tuple(e.prompt_ids), tuple(e.target_ids)) for e in chosen)
+  assert pairs(rehearsed) == pairs(examples)
