@@ -328,31 +328,35 @@ def _env_spec(config: ml_collections.ConfigDict) -> EnvSpec:
   if unknown:
     raise ConfigError(f"config.env.{unknown[0]}: not a setting of env {name!r}")
   env = config.env
-  if not positive_int(env.max_steps):
-    raise ConfigError(f"config.env.max_steps: a positive integer, got {env.max_steps!r}")
-  if "task_types" in env:
-    known = tuple(module.TASK_TYPES)
-    if not (env.task_types and all(t in known for t in env.task_types)):
-      raise ConfigError(f"config.env.task_types: a non-empty selection of {known}, "
-                        f"got {env.task_types!r}")
-  if "prompt_style" in env and env.prompt_style not in module.PROMPT_STYLES:
-    raise ConfigError(f"config.env.prompt_style: one of {tuple(module.PROMPT_STYLES)}, got "
-                      f"{env.prompt_style!r}")
-  if "solvable_within" in env and not positive_int(env.solvable_within):
-    raise ConfigError("config.env.solvable_within: a positive number of expert steps, got "
-                      f"{env.solvable_within!r}")
-  _check_solution_steps(env, lambda key: f"config.env.{key}")
+  _check_env_settings(env, module, lambda key: f"config.env.{key}")
   settings = ml_collections.FrozenConfigDict({k: v for k, v in env.items() if k != "name"})
   return _build(EnvSpec, config, {"num_workers": "pool.num_workers",
                                   "step_timeout_s": "pool.step_timeout_s"},
                 name=name, settings=settings)
 
 
+def _check_env_settings(env, module, where: Callable[[str], str]) -> None:
+  """The values of an env's settings (the run's `env.*`, or with `bc.env_settings` over
+  them); `where(key)` names the config key a value came from."""
+  if not positive_int(env.max_steps):
+    raise ConfigError(f"{where('max_steps')}: a positive integer, got {env.max_steps!r}")
+  if "task_types" in env:
+    known = tuple(module.TASK_TYPES)
+    if not (env.task_types and all(t in known for t in env.task_types)):
+      raise ConfigError(f"{where('task_types')}: a non-empty selection of {known}, "
+                        f"got {env.task_types!r}")
+  if "prompt_style" in env and env.prompt_style not in module.PROMPT_STYLES:
+    raise ConfigError(f"{where('prompt_style')}: one of {tuple(module.PROMPT_STYLES)}, got "
+                      f"{env.prompt_style!r}")
+  if "solvable_within" in env and not positive_int(env.solvable_within):
+    raise ConfigError(f"{where('solvable_within')}: a positive number of expert steps, got "
+                      f"{env.solvable_within!r}")
+  if "max_solution_steps" in env:
+    _check_solution_steps(env, where)
+
+
 def _check_solution_steps(settings, where: Callable[[str], str]) -> None:
-  """Sokoban's band of puzzle lengths: positive, the minimum not above the maximum;
-  `where(key)` names the config key a value came from."""
-  if "max_solution_steps" not in settings:
-    return
+  """Sokoban's band of puzzle lengths: positive, the minimum not above the maximum."""
   for key in ("min_solution_steps", "max_solution_steps"):
     if not positive_int(settings[key]):
       raise ConfigError(f"{where(key)}: a positive number of moves, got {settings[key]!r}")
@@ -363,16 +367,13 @@ def _check_solution_steps(settings, where: Callable[[str], str]) -> None:
 
 def _bc_env_settings(config: ml_collections.ConfigDict, env: EnvSpec) -> dict[str, Any]:
   """`bc.env_settings` as a dict, each key a setting of the env and the settings it makes
-  valid (a bad one named by its key)."""
+  valid by the run's own checks (a bad one named by its key)."""
   overrides = _get(config, "bc.env_settings").to_dict()
   unknown = sorted(set(overrides) - set(env.settings.keys()))
   if unknown:
     raise ConfigError(f"config.bc.env_settings.{unknown[0]}: not a setting of env "
                       f"{env.name!r}")
-  if "max_steps" in overrides and not positive_int(overrides["max_steps"]):
-    raise ConfigError(f"config.bc.env_settings.max_steps: a positive integer, got "
-                      f"{overrides['max_steps']!r}")
-  _check_solution_steps(env.with_settings(**overrides), lambda key: (
+  _check_env_settings(env.with_settings(**overrides), get_env_module(env.name), lambda key: (
       f"config.bc.env_settings.{key}" if key in overrides else f"config.env.{key}"))
   return overrides
 

@@ -131,6 +131,8 @@ def test_the_long_puzzle_preset_clones_short_puzzles_and_learns_longer_ones():
     ("bc.env_settings", {"solution_steps": 3},
      "config.bc.env_settings.solution_steps: not a setting of env 'sokoban'"),
     ("bc.env_settings", {"max_steps": 0}, "config.bc.env_settings.max_steps: a positive"),
+    ("bc.env_settings", {"prompt_style": "terse"},
+     r"config.bc.env_settings.prompt_style: one of \('full', 'compact'\)"),
 ])
 def test_bad_puzzle_bands_name_the_key(key, value, match):
   """Sokoban's band of solution lengths, the run's and the cloned games' own."""

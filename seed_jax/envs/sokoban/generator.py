@@ -192,5 +192,5 @@ def generate(seed: int, height: int = 6, width: int = 6, num_boxes: int = 1,
     if solution is not None and min_solution_steps <= len(solution) <= max_solution_steps:
       return best, solution
   raise RuntimeError(f"no Sokoban puzzle found for seed {seed} in {max_tries} tries "
-                     f"({height}x{width}, {num_boxes} boxes, {min_solution_steps}-{max_solution_steps} "
-                     f"steps)")
+                     f"({height}x{width}, {num_boxes} boxes, "
+                     f"{min_solution_steps}-{max_solution_steps} steps)")
