@@ -1,6 +1,7 @@
 """Training throughput at the Quickstart's shape, against this machine's matmul peak.
 
   python bench/train_step.py [--rows=8 --prompt_len=704 --response_len=64 --dtype=bfloat16
+                              --micro_batches=1 --live_rows=0
                               --modes=precomputed,separate --repeats=2 --matmul_n=2048
                               --remat=full,projections,none --lora_ranks=0,64]
 
@@ -9,7 +10,10 @@ The embedded model (SmolLM2-135M-Instruct, float32 parameters, `--dtype` compute
 * `grad`: the jitted value-and-grad of the summed response log-probs (the training
   forward + backward, no optimizer);
 * one full train step per teacher mode (`precomputed`, the default, scores no teacher in
-  the step; `separate` adds a no-grad teacher forward; `joint` a batched one).
+  the step; `separate` adds a no-grad teacher forward; `joint` a batched one), over
+`--micro_batches`, with `--live_rows` of the rows counted by a loss term (GRPO's rows of
+groups that all scored alike are not: the step skips the micro-batches they fill; its
+tokens/s and useful FLOPs count the live rows only).
 Each reports tokens/s, the achieved useful GFLOP/s (the model count of
 `seed_jax.models.flops.training_flops`: forward 1x, backward 2x; the LM head only at
 response positions; rematerialisation not counted) and its fraction of the matmul peak
@@ -56,6 +60,10 @@ _LP_CHUNKS = flags.DEFINE_list("lp_chunks", ["32", "128"], "chunk sizes of the c
 _MATMUL_N = flags.DEFINE_integer("matmul_n", 2048, "side of the square matmul of the peak")
 _LORA = flags.DEFINE_list("lora_ranks", ["0"], "LoRA ranks on every projection (0: full "
                           "fine-tuning); a rank r adds `_lora<r>` to the measurement names")
+_MICRO = flags.DEFINE_integer("micro_batches", 1, "micro-batches the step accumulates over")
+_LIVE = flags.DEFINE_integer("live_rows", 0, "rows some loss term counts; the others are rows "
+                             "of groups that all scored alike, without a skill, which the step "
+                             "skips by the micro-batch (0: every row)")
 _REMAT = flags.DEFINE_list("remat", list(REMAT_POLICIES), "what the backward pass keeps "
                            "of each layer (`model.remat`); a policy other than full adds "
                            "`_remat_<policy>` to the measurement names")
@@ -132,11 +140,22 @@ def main(_):
       suffix = ("" if remat == "full" else f"_remat_{remat}") + (f"_lora{rank}" if rank else "")
       cfg = _measure(remat, rank, suffix, peak, results)
   emit(dict(bench="train_step", model="smollm2-135m-instruct", dtype=_DTYPE.value,
-            param_dtype="float32", rows=_ROWS.value, prompt_len=_PROMPT.value,
+            param_dtype="float32", rows=_ROWS.value, micro_batches=_MICRO.value,
+            live_rows=_LIVE.value or _ROWS.value, prompt_len=_PROMPT.value,
             response_len=_RESPONSE.value, matmul_peak_gflops=round(peak / 1e9, 1),
             results=results,
             logprob_memory=_logprob_memory(cfg, _LP_ROWS.value, _LP_LEN.value,
                                            [int(c) for c in _LP_CHUNKS.value])))
+
+
+def _with_live_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """`batch` with only `--live_rows` rows counted by a loss term, in the row order the
+  trainer gives a mini-batch (`train_step.micro_batch_row_order`)."""
+  live = np.arange(_ROWS.value) < (_LIVE.value or _ROWS.value)
+  batch = {**batch, "outcome_mask": live.astype(np.float32),
+           "opd_mask": live.astype(np.float32)}
+  order = ts.micro_batch_row_order(live, _MICRO.value)
+  return {k: v[order] for k, v in batch.items()}
 
 
 def _measure(remat: str, lora_rank: int, suffix: str, peak: float, results: dict):
@@ -149,8 +168,8 @@ def _measure(remat: str, lora_rank: int, suffix: str, peak: float, results: dict
   graphdef, params = nnx.split(model, nnx.Param)
   rows, prompt_len, response_len = _ROWS.value, _PROMPT.value, _RESPONSE.value
   tokens = rows * (prompt_len + response_len)
-  batch = {k: jnp.asarray(v) for k, v in
-           synthetic_rl_batch(rows, prompt_len, response_len, cfg.vocab_size).items()}
+  batch = {k: jnp.asarray(v) for k, v in _with_live_rows(
+      synthetic_rl_batch(rows, prompt_len, response_len, cfg.vocab_size)).items()}
 
   def logprob_loss(p, tokens, mask):
     lp, _ = lp_lib.response_logprobs(nnx.merge(graphdef, p), tokens, mask, response_len,
@@ -170,16 +189,19 @@ def _measure(remat: str, lora_rank: int, suffix: str, peak: float, results: dict
   loss_cfg = losses.LossConfig(kl_coef=0.0)
   for mode in _MODES.value:
     step = ts.make_train_step(graphdef, optim_cfg, ts.TrainStepConfig(
-        teacher_mode=mode, logprob_chunk=_CHUNK.value, loss=loss_cfg))
+        teacher_mode=mode, logprob_chunk=_CHUNK.value, micro_batches=_MICRO.value,
+        loss=loss_cfg))
     state = ts.init_train_state(jax.tree.map(jnp.copy, params), optim_cfg)
     start = time.perf_counter()
     compiled = step.lower(state, batch).compile()
     compile_s = time.perf_counter() - start
     seconds, (state, metrics) = _timed(compiled, state, batch, donate_first=True)
-    flops = _useful_flops(cfg, rows, prompt_len, response_len,
+    # Useful work: the rows some loss term counts (all of them unless --live_rows).
+    live_rows = _LIVE.value or rows
+    flops = _useful_flops(cfg, live_rows, prompt_len, response_len,
                           teacher_forward=mode != "precomputed")
     results[f"step_{mode}{suffix}"] = _record(
-        seconds, compile_s, flops, peak, tokens, compiled,
+        seconds, compile_s, flops, peak, live_rows * (prompt_len + response_len), compiled,
         loss_finite=bool(np.isfinite(float(metrics["loss"]))),
         state_mib=round(sum(x.nbytes for x in jax.tree.leaves(state)) / 2**20, 1))
     del state

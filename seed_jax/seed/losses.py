@@ -161,14 +161,21 @@ def opd_token_mask(batch: dict[str, Array]) -> Array:
   return mask
 
 
-def signal_tokens(batch: dict[str, Array], with_opd: bool) -> Array:
-  """How many response tokens some loss term counts: the outcome tokens and, with OPD on,
-  the tokens of rows with a skill (each token once). Zero means an update would have
-  nothing to follow (`train_step.apply_gradients` then leaves the state as it is)."""
+def signal_token_mask(batch: dict[str, Array], with_opd: bool) -> Array:
+  """`[B, R]` float32: the response tokens some loss term counts: the outcome tokens and,
+  with OPD on, the OPD term's (each token once). A row without one adds nothing to the
+  loss, its gradient or its metric sums."""
   counted = outcome_token_mask(batch)
   if with_opd:
     counted = jnp.maximum(counted, opd_token_mask(batch))
-  return jnp.sum(counted)
+  return counted
+
+
+def signal_tokens(batch: dict[str, Array], with_opd: bool) -> Array:
+  """How many response tokens some loss term counts (`signal_token_mask`). Zero means an
+  update would have nothing to follow (`train_step.apply_gradients` then leaves the state
+  as it is)."""
+  return jnp.sum(signal_token_mask(batch, with_opd))
 
 
 def seed_loss_sums(

@@ -194,6 +194,7 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
   loss_cfg = cfg.loss
   chunk = cfg.logprob_chunk
   mesh = as_logical_mesh(mesh)
+  with_opd = bool(loss_cfg.lambda_opd)
 
   def micro_batch_loss(params, mb, teacher_lp, tokens, opd_tokens, max_segment_len):
     resp_len = mb["response_mask"].shape[1]
@@ -253,11 +254,19 @@ def make_loss_and_grad_fn(graphdef, cfg: TrainStepConfig,
     _, grads_shape, sums_shape = jax.eval_shape(micro_step_at, params, first, tokens,
                                                 opd_tokens)
 
-    def body(carry, mb):
+    def accumulate(carry, mb):
       loss, grads, sums = carry
       mb_loss, mb_grads, mb_sums = micro_step_at(params, mb, tokens, opd_tokens)
       return (loss + mb_loss, jax.tree.map(jnp.add, grads, mb_grads),
-              losses.combine_sums(sums, mb_sums)), None
+              losses.combine_sums(sums, mb_sums))
+
+    def body(carry, mb):
+      # A micro-batch with no token any loss term counts (rows of groups that all scored
+      # alike, without a skill) would add zero loss, zero gradient and the sums' identity:
+      # it is skipped, not run. `micro_batch_row_order` gathers such rows into whole
+      # micro-batches.
+      live = losses.signal_tokens(mb, with_opd) > 0
+      return jax.lax.cond(live, accumulate, lambda carry, _: carry, carry, mb), None
 
     init = (jnp.zeros((), jnp.float32),
             jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), grads_shape),
@@ -287,6 +296,30 @@ def _split_micro(x: jax.Array, k: int, mesh: LogicalMesh | None) -> jax.Array:
     split = jax.lax.with_sharding_constraint(
         split, NamedSharding(mesh.mesh, PartitionSpec(None, rows)))
   return split
+
+
+def micro_batch_row_order(live: np.ndarray, micro_batches: int) -> np.ndarray:
+  """A row order `[M]` for a mini-batch of M rows that puts the rows some loss term counts
+  (`live [M]` bool, `losses.signal_token_mask` summed over tokens) into the first of its
+  `micro_batches` micro-batches, the other rows after them, each group in batch order.
+
+  The train step skips a micro-batch without such a row; spread over every micro-batch
+  (as `batch.spread_row_order` leaves them: GRPO's rows of groups that all scored alike
+  are most of a batch), they would make it run them all. Rows are independent, so the
+  order changes the gradient only by the order of its float sums. Written for
+  `_split_micro`'s strided layout: micro-batch j holds positions j, j + k, ...
+  """
+  rows = live.shape[0]
+  if rows % micro_batches:
+    raise ValueError(f"mini-batch of {rows} rows does not split into {micro_batches} "
+                     "micro-batches")
+  per_micro = rows // micro_batches
+  ranked = np.concatenate([np.flatnonzero(live), np.flatnonzero(~live)])
+  position = np.arange(rows)
+  order = np.empty(rows, np.int64)
+  # The i-th ranked row goes to micro-batch i // per_micro, its slot i % per_micro.
+  order[(position % per_micro) * micro_batches + position // per_micro] = ranked
+  return order
 
 
 def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, grads,

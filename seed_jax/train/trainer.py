@@ -48,7 +48,8 @@ from seed_jax.seed.skills import skill_prompt_ids
 from seed_jax.seed.token_gap import (response_span_masks, token_gap_stats,
                                      trajectory_token_gaps)
 from seed_jax.seed.train_step import (init_train_state, make_score_fn, make_train_step,
-                                      side_inputs, train_state_shardings, update_metrics)
+                                      micro_batch_row_order, side_inputs,
+                                      train_state_shardings, update_metrics)
 from seed_jax.train import stage1
 from seed_jax.train.results import split_results
 from seed_jax.train.expert import collect_demonstrations
@@ -592,7 +593,7 @@ class Trainer:
     fill = [token_fill(mini) for mini in minis]
     silent = 0  # mini-batches with no row any loss term counts: the step would not update
     for mini in hosts.progress(minis, desc="update", unit="mini-batch", leave=False):
-      if not _has_signal(mini, spec.rl.opd and spec.train_step.loss.lambda_opd > 0):
+      if not _has_signal(mini, self._opd_counts):
         silent += 1
         continue
       self.state, m = self.train_step(self.state, hosts.put_rows(mini, self.mesh), window)
@@ -641,13 +642,27 @@ class Trainer:
       batch = {k: v[order] for k, v in batch.items()}
     minis = [{k: v[start:start + size] for k, v in batch.items()}
              for start in range(0, rows, size)]
-    if not self.spec.rl.pack_rows:
-      return minis, None
-    plans = [plan_packing(mini, self.spec.rl.sequences_per_mini_batch) for mini in minis]
-    widths = packed_widths(plans, self.spec.batch.prompt_bucket,
-                           shared=self.spec.batch.shared_prompt_len)
-    return [pack_batch(mini, plan, widths, self.tokenizer.pad_id)
-            for mini, plan in zip(minis, plans)], max_segment_len(batch)
+    window = None
+    if self.spec.rl.pack_rows:
+      plans = [plan_packing(mini, self.spec.rl.sequences_per_mini_batch) for mini in minis]
+      widths = packed_widths(plans, self.spec.batch.prompt_bucket,
+                             shared=self.spec.batch.shared_prompt_len)
+      minis = [pack_batch(mini, plan, widths, self.tokenizer.pad_id)
+               for mini, plan in zip(minis, plans)]
+      window = max_segment_len(batch)
+    return [self._live_rows_first(mini) for mini in minis], window
+
+  def _live_rows_first(self, mini: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The mini-batch with the rows a loss term counts in its first micro-batches
+    (`micro_batch_row_order`), so that the step skips the rest."""
+    live = np.asarray(losses.signal_token_mask(mini, self._opd_counts).sum(-1) > 0)
+    order = micro_batch_row_order(live, self.spec.train_step.micro_batches)
+    return {k: v[order] for k, v in mini.items()}
+
+  @property
+  def _opd_counts(self) -> bool:
+    """Whether the OPD term counts in the loss (its rows carry signal of their own)."""
+    return self.spec.rl.opd and self.spec.train_step.loss.lambda_opd > 0
 
   @property
   def batch_config(self) -> BatchConfig:

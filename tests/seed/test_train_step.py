@@ -119,6 +119,61 @@ def test_gradient_accumulation_equals_full_batch(setup, grad_fns):
   _assert_trees_close(accumulated[2], full[2])
 
 
+@pytest.mark.parametrize("lambda_opd", [0.5, 0.0], ids=["seed", "grpo"])
+def test_a_micro_batch_no_loss_term_counts_is_skipped_not_run(setup, lambda_opd):
+  """Micro-batch 1 (rows 1, 3, 5, 7: `_split_micro` is strided) holds only rows of groups
+  that scored alike and, for SEED, without a skill. Its values never reach the step: NaN
+  there leaves the loss, gradients and sums those of the same rows zeroed, unsplit."""
+  graphdef, params, batch, _ = setup
+  dead = np.arange(8) % 2 == 1
+  with_skill = np.asarray(batch["opd_mask"]) * (~dead if lambda_opd else 1.0)
+  rows = {**batch, "outcome_mask": jnp.asarray(~dead, jnp.float32),
+          "opd_mask": jnp.asarray(with_skill, jnp.float32)}
+  poisoned = {**rows, **{k: jnp.where(dead[:, None], jnp.nan, rows[k])
+                         for k in ("old_logprobs", "teacher_logprobs")}}
+  zeroed = {**rows, **{k: jnp.where(dead[:, None], 0.0, rows[k])
+                       for k in ("old_logprobs", "teacher_logprobs")}}
+
+  def loss_and_grad(micro_batches):
+    cfg = ts.TrainStepConfig(teacher_mode="precomputed", micro_batches=micro_batches,
+                             logprob_chunk=3, loss=dataclasses.replace(LOSS, lambda_opd=lambda_opd))
+    return jax.jit(ts.make_loss_and_grad_fn(graphdef, cfg))
+
+  loss, grads, sums = loss_and_grad(2)(params, poisoned)
+  want_loss, want_grads, want_sums = loss_and_grad(1)(params, zeroed)
+  assert np.isfinite(float(loss)) and float(want_sums["tokens"]) > 0
+  np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+  _assert_trees_close(grads, want_grads)
+  _assert_trees_close(sums, want_sums)
+
+
+@pytest.mark.parametrize("live,micro_batches,order", [
+    # micro-batch j holds positions j, j + k, ...: micro-batch 0 (positions 0, 2, 4) gets
+    # live rows 1 and 4, then row 0; micro-batch 1 (positions 1, 3, 5) rows 2, 3, 5.
+    ([0, 1, 0, 0, 1, 0], 2, [1, 2, 4, 3, 0, 5]),
+    ([0, 1, 0, 0, 1, 0], 3, [1, 0, 3, 4, 2, 5]),
+    ([1, 1, 1, 1], 2, [0, 2, 1, 3]),
+    ([0, 0, 1, 0], 1, [2, 0, 1, 3]),
+])
+def test_micro_batch_row_order_by_hand(live, micro_batches, order):
+  got = ts.micro_batch_row_order(np.array(live, bool), micro_batches)
+  assert got.tolist() == order
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_micro_batch_row_order_fills_the_first_micro_batches_with_live_rows(seed):
+  rng = np.random.default_rng(seed)
+  k, per_micro = rng.integers(1, 5), rng.integers(1, 6)
+  live = rng.random(k * per_micro) < 0.3
+  order = ts.micro_batch_row_order(live, k)
+  assert sorted(order.tolist()) == list(range(k * per_micro))
+  micro = [order[j::k] for j in range(k)]  # _split_micro's layout
+  want_live = [min(per_micro, max(0, live.sum() - j * per_micro)) for j in range(k)]
+  assert [int(live[m].sum()) for m in micro] == want_live
+  flat = np.concatenate(micro)  # live rows, then the others, each in batch order
+  assert flat.tolist() == np.flatnonzero(live).tolist() + np.flatnonzero(~live).tolist()
+
+
 def _fresh_state(params):
   return ts.init_train_state(jax.tree.map(jnp.copy, params), OPTIM)
 

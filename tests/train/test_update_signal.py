@@ -48,3 +48,17 @@ def test_spreading_the_outcome_rows_gives_every_mini_batch_a_grpo_signal(
   assert [int(m["outcome_mask"].sum()) for m in minis] == signal_per_mini
   assert sorted(np.concatenate([m["row_id"] for m in minis]).tolist()) == list(range(8))
   assert [_has_signal(m, False) for m in minis] == [True, bool(spread)]
+
+
+def test_a_mini_batchs_live_rows_fill_its_first_micro_batches(tiny_model, tmp_path):
+  """GRPO, mini-batches of 4 rows in 2 micro-batches: spread, each mini-batch has 2 rows
+  with an outcome signal, and both land in micro-batch 0 (positions 0 and 2, `_split_micro`
+  being strided), so the step runs one micro-batch of two."""
+  spec = tiny_spec(tiny_model, "grpo", **{"rl.mini_batch_size": 4, "rl.micro_batch_size": 2,
+                                          "rl.spread_outcome_rows": True})
+  trainer = Trainer(spec, str(tmp_path / "run"))
+  minis, _ = trainer.mini_batches(_batch([1, 1, 1, 1, 0, 0, 0, 0]))
+  for mini in minis:
+    assert mini["outcome_mask"][0::2].tolist() == [1, 1]
+    assert mini["outcome_mask"][1::2].tolist() == [0, 0]
+  assert sorted(np.concatenate([m["row_id"] for m in minis]).tolist()) == list(range(8))
