@@ -531,13 +531,14 @@ def test_the_results_page_gives_mean_and_std_over_seeds_and_the_curves(tmp_path)
   assert "| seed | 2/2 | - | 0.500 ± 0.354 |" in page  # -: no warm start evaluated
   # The last iteration's training success is a final figure too: of the finished runs only
   # (grpo seed1's one iteration, 0.5, is on the curve below, not in this row).
-  assert "| grpo | 1/2 | - | 0.000 ± 0.000 | 0.000 ± 0.000 |" in page
+  # One seed: its value, no spread (a sample std needs two).
+  assert "| grpo | 1/2 | - | 0.000 (n=1) | 0.000 (n=1) |" in page
   # Training success per iteration: iteration 2 of seed is 0.5 and 1.0.
-  assert "| 1 | 0.250 ± 0.000 | 0.250 ± 0.354 |" in page
-  assert "| 2 | 0.750 ± 0.354 | 0.000 ± 0.000 |" in page
+  assert "| 1 | 0.250 ± 0.000 | 0.250 ± 0.354 |" in page  # two seeds alike: std 0
+  assert "| 2 | 0.750 ± 0.354 | 0.000 (n=1) |" in page
   # The skills of the last iteration: seed0 parsed none (no length to count), seed1 all,
   # in 3 words naming both objects.
-  assert "| seed | 0.500 ± 0.707 | 3.000 ± 0.000 | 1.000 ± 0.000 |" in page
+  assert "| seed | 0.500 ± 0.707 | 3.000 (n=1) | 1.000 (n=1) |" in page
   assert "valid_seen" not in page  # no run evaluated it
   assert "python -m seed_jax.experiment --out=x" in page
   for name in ("success.png", "opd_gate.png", "skills.png"):
@@ -568,7 +569,7 @@ def test_the_results_page_shows_the_teacher_gap_of_each_arm(tmp_path):
   assert ("| seed | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | "
           "0.500 ± 0.354 | -0.100 ± 0.071 | 0.500 ± 0.000 | 0.030 ± 0.014 | 0.060 ± 0.000 | "
           "-0.300 ± 0.141 | 0.250 ± 0.000 | - | - | - | - | - |") in page
-  assert "| grpo | 1.000 ± 0.000 | 6.000 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | - |" in page
+  assert "| grpo | 1.000 (n=1) | 6.000 (n=1) | 1.000 (n=1) | 0.500 (n=1) | - |" in page
   assert "![teacher_gap.png](teacher_gap.png)" in page
   with open(os.path.join(out, "teacher_gap.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -630,9 +631,9 @@ def test_the_page_shows_the_teacher_reading_the_policys_own_skill(tmp_path):
   page = open(aggregate.write_results(out, ["seed", "grpo"], [0],
                                      warm_starts={"seed": STAGE1, "grpo": STAGE1})).read()
   # Own skill p(expert) 0.375 -> 0.750; its decision gap -0.125 (it misleads) -> +0.125.
-  assert ("| 0.750 ± 0.000 | 0.750 ± 0.000 | 0.375 ± 0.000 | 0.750 ± 0.000 | "
-          "-0.125 ± 0.000 | 0.125 ± 0.000 |") in page
-  assert "| 0.750 ± 0.000 | 0.750 ± 0.000 | 0.375 ± 0.000 | - | -0.125 ± 0.000 | - |" in page
+  assert ("| 0.750 (n=1) | 0.750 (n=1) | 0.375 (n=1) | 0.750 (n=1) | "
+          "-0.125 (n=1) | 0.125 (n=1) |") in page
+  assert "| 0.750 (n=1) | 0.750 (n=1) | 0.375 (n=1) | - | -0.125 (n=1) | - |" in page
 
 
 def test_a_page_without_teacher_gap_records_has_no_such_section(tmp_path):
@@ -746,7 +747,7 @@ def test_the_page_compares_each_recurring_task_with_itself(tmp_path):
   # tasks 1 and 2; first 0 and 0.5; later 0.5 and 0.625; rise 0.5 and 0.125 (sd 0.265);
   # lost at first 1 and 0 (later 0.5 in seed 0; seed 1 has none: left out).
   assert ("| grpo | 2 | 1.5 ± 0.7 | 0.250 ± 0.354 | 0.562 ± 0.088 | 0.312 ± 0.265 | 0.5 ± 0.7 | "
-          "0.500 ± 0.000 |") in page
+          "0.500 (n=1) |") in page
 
 
 def test_the_page_counts_moves_that_changed_nothing_from_the_raw_step_counts(tmp_path):
@@ -774,7 +775,7 @@ def test_the_page_counts_moves_that_changed_nothing_from_the_raw_step_counts(tmp
   page = aggregate.results_markdown(aggregate.read_experiment(str(tmp_path), ["grpo"], [0]))
   assert "## Moves that changed nothing" in page
   # a quarter of 4 iterations is the first (6 / 20) and the last (1 / 10)
-  assert "| grpo | 1 | 0.300 ± 0.000 | 0.100 ± 0.000 | 0.500 ± 0.000 | 0.200 ± 0.000 |" in page
+  assert "| grpo | 1 | 0.300 (n=1) | 0.100 (n=1) | 0.500 (n=1) | 0.200 (n=1) |" in page
 
 
 def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
@@ -815,9 +816,9 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   assert "| no_opd - grpo | final valid_unseen success | 1 | +0.250 | - | - |" in page
   # 36 s against 24 s on the same machine; seed 1 shared its cores (0.9 < 0.8 x 1.8) and
   # seed 2's 136 s ran on another machine: neither is a pair.
-  assert "| seed | 69 ± 58 | 1.35 ± 0.64 | 1.50 ± 0.00 | 1 |" in page
+  assert "| seed | 69 ± 58 | 1.35 ± 0.64 | 1.50 (n=1) | 1 |" in page
   assert "| grpo | 24 ± 0 | 1.80 ± 0.00 | 1.00 ± 0.00 | 3 |" in page
-  assert "| no_opd | 0 ± 0 | - | - | 0 |" in page  # no provenance.json: never paired
+  assert "| no_opd | 0 (n=1) | - | - | 0 |" in page  # no provenance.json: never paired
   assert aggregate.cpu_per_wall(f"{out}/logs/none.log", "x/seed0") is None
   # 1 group an iteration, 3 steps a run skipped; no config.json: the steps taken unknown.
   assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 | - |" in page
@@ -908,8 +909,8 @@ def test_the_page_tells_where_each_run_ran_and_which_warm_start_it_started_from(
   assert f"| seed_oracle/seed0 | {fast} | **no** |" in page
   assert "| no_opd/seed0 | not recorded | not recorded |" in page
   # Each held-out curve starts from the warm start the run started from.
-  assert "| seed | 1/1 | 0.250 ± 0.000 |" in page
-  assert "| seed_oracle | 1/1 | 0.500 ± 0.000 |" in page  # unknown: the current one
+  assert "| seed | 1/1 | 0.250 (n=1) |" in page
+  assert "| seed_oracle | 1/1 | 0.500 (n=1) |" in page  # unknown: the current one
 
 
 # ------------------------------------------------------------------ a real experiment

@@ -300,11 +300,14 @@ def _is_number(value: Any) -> bool:
 
 
 def _fmt(values: Sequence[Any] | None, digits: int = 3) -> str:
-  """"mean ± std" of the finite numbers among `values`; "-" for none."""
+  """"mean ± std" of the finite numbers among `values`; "value (n=1)" for one (no spread
+  to give: a sample standard deviation needs two); "-" for none."""
   values = [v for v in values or () if _is_number(v)]
   if not values:
     return "-"
   mean, std = mean_std(values)
+  if len(values) == 1:
+    return f"{mean:.{digits}f} (n=1)"
   return f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
@@ -757,7 +760,8 @@ def results_markdown(results: dict[str, list[RunResults]],
   all_runs = [run for runs in results.values() for run in runs]
   splits = [HELD_OUT] + [s for s in OTHER_SPLITS
                          if any(final_success(r, s) is not None for r in all_runs)]
-  lines += ["Mean ± sample standard deviation over seeds; `-`: no run has the figure yet.", "",
+  lines += ["Mean ± sample standard deviation over seeds; `(n=1)`: one seed, no spread; `-`: no "
+            "run has the figure yet.", "",
             f"| arm | seeds finished | {HELD_OUT} success after the warm start | "
             + " | ".join(f"final {s} success" for s in splits)
             + " | training success, last iteration | what it is |",

@@ -333,13 +333,17 @@ class Analyzer:
   def analyze(self, trajs: Sequence[Trajectory], *, seed: int = 0
               ) -> tuple[list[AnalysisReport], dict]:
     """One report per trajectory (its `analysis` None: no OPD for it) and the counts
-    `requests`, `retries`, `valid`, `invalid`, `truncated` (transcripts cut to fit)."""
+    `requests`, `retries`, `valid`, `invalid`, `truncated` (transcripts cut to fit) and,
+    with a tokenizer, `answer_tokens`: the tokens of every answer (retries and the policy's
+    answer prefix included) as the tokenizer encodes its text, what the analysis decodes."""
     trajs = list(trajs)
     prompts = build_analyzer_prompts(trajs, self.tokenizer, self.max_prompt_tokens)
     raw, parsed, reasons = [""] * len(trajs), [None] * len(trajs), ["not asked"] * len(trajs)
     attempts = [0] * len(trajs)
     pending = list(range(len(trajs)))
     stats = {"requests": 0, "retries": 0}
+    if self.tokenizer is not None:
+      stats["answer_tokens"] = 0
     for attempt in range(self.cfg.max_retries + 1):
       if not pending:
         break
@@ -351,6 +355,8 @@ class Analyzer:
       for i, answer in zip(pending, answers):
         raw[i], attempts[i] = answer, attempts[i] + 1
         parsed[i], reasons[i] = parse_answer_with_reason(answer, self.cfg.min_skill_words)
+        if self.tokenizer is not None:
+          stats["answer_tokens"] += len(self.tokenizer.encode(answer))
       pending = [i for i in pending if parsed[i] is None]
     stats.update(valid=len(trajs) - len(pending), invalid=len(pending),
                  truncated=sum(p.truncated for p in prompts))

@@ -83,7 +83,10 @@ def test_policy_backend_retries_only_malformed_answers_and_counts_the_rest(token
   assert [c["prompts"] for c in generate.calls] == [3, 2, 1]  # two retries, failed ones only
   # Still malformed after the retries: no skill, counted invalid, no exception.
   assert [t.skill for t in trajs] == [None, GOOD["episode_skill"], GOOD["episode_skill"]]
-  assert stats == {"requests": 6, "retries": 3, "valid": 2, "invalid": 1, "truncated": 0}
+  # Every answer's tokens count, retries included: what the analysis phase decodes.
+  answers = [answer for call in generate.script for answer in call]
+  assert stats == {"requests": 6, "retries": 3, "valid": 2, "invalid": 1, "truncated": 0,
+                   "answer_tokens": sum(len(tokenizer.encode(a)) for a in answers)}
   # The policy decodes the builder's chat-template ids.
   assert generate.calls[0]["ids"][0] == build_analyzer_prompt(trajs[0], tokenizer, 2048).ids
 
