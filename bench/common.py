@@ -10,47 +10,14 @@ import json
 import os
 import platform
 import sys
-import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+# The machine's limits, measured: one piece of code for the benches and the runs' provenance.
+from seed_jax.machine_speed import (matmul_peak_flops, stream_bandwidth_bytes,  # noqa: F401
+                                   time_call)
 from seed_jax.models.flops import forward_flops, training_flops
-
-
-def time_call(fn, *args, repeats: int = 3) -> float:
-  """Best wall time in seconds of `fn(*args)` after one warm-up (compile) call."""
-  jax.block_until_ready(fn(*args))
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    best = min(best, time.perf_counter() - start)
-  return best
-
-
-def matmul_peak_flops(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> float:
-  """Measured FLOP/s of a jitted `n x n x n` matmul (bf16 accumulates in float32).
-
-  Random operands: some chips multiply constant data faster (an H200 ran ~13% faster on
-  zeros), which would flatter the peak and so understate every fraction of it.
-  """
-  key_a, key_b = jax.random.split(jax.random.key(0))
-  a = jax.random.normal(key_a, (n, n), dtype)
-  b = jax.random.normal(key_b, (n, n), dtype)
-  matmul = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
-  return 2 * n**3 / time_call(matmul, a, b, repeats=repeats)
-
-
-def stream_bandwidth_bytes(gib: float = 1.0, repeats: int = 5) -> float:
-  """Measured bytes/s of reading a `gib`-GiB float32 array once (a jitted sum): the
-  memory-streaming ceiling a weight- or cache-bound program (a decode step) runs against.
-  The array is several times any CPU cache, so the figure is DRAM's."""
-  n = int(gib * 2**30) // 4
-  x = jax.random.normal(jax.random.key(0), (n,), jnp.float32)
-  total = jax.jit(jnp.sum)
-  return 4 * n / time_call(total, x, repeats=repeats)
 
 
 def decode_step_cost(cfg, weight_bytes: int, batch: int, prompt_len: int, new_tokens: int,

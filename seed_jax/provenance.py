@@ -8,8 +8,8 @@ fingerprint of the weights it starts from: the base model's, `init_from`'s, or t
 checkpoint's, as for an experiment's arm resuming from the warm start's copied
 checkpoint), and the end of the run records the fingerprint of its final weights. An arm
 started from its warm start has its first fingerprint equal to the warm start's final
-one; wall times compare between runs on one machine kind only
-(`seed_jax.experiments.aggregate`).
+one; wall times compare between runs on one machine kind only, and, where the segments
+measured it, of alike speed (`seed_jax.machine_speed`; `seed_jax.experiments.aggregate`).
 
 The fingerprint is exact and independent of the machine and the sharding: each leaf's bits
 as unsigned integers, weighted by their position, summed modulo 2**32 (integer sums do not
@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from seed_jax import paths
+from seed_jax import machine_speed, paths
 
 PROVENANCE_FILE = "provenance.json"
 
@@ -77,12 +77,14 @@ def cpu_model() -> str:
 
 
 def machine() -> dict[str, Any]:
-  """This process's machine: the CPU, the cores it may use, the accelerator."""
+  """This process's machine: the CPU, the cores it may use, the accelerator, and its
+  measured `speed` (`machine_speed.quick_speed`: machines of one name have differed 2x)."""
   device = jax.devices()[0]
   cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
            else os.cpu_count())
   return {"cpu": cpu_model(), "cores": cores, "platform": device.platform,
-          "device_kind": device.device_kind, "devices": jax.device_count()}
+          "device_kind": device.device_kind, "devices": jax.device_count(),
+          "speed": machine_speed.quick_speed()}
 
 
 def machine_kind(description: dict[str, Any]) -> str:
@@ -132,6 +134,12 @@ def initial_params(record: dict[str, Any] | None) -> str | None:
   """The fingerprint a run started from (its first segment's), if recorded."""
   segments = (record or {}).get("segments", [])
   return segments[0].get("initial_params") if segments else None
+
+
+def segment_speeds(record: dict[str, Any] | None) -> list[dict[str, float] | None]:
+  """Each segment's measured machine speed (`machine()["speed"]`; None where a segment
+  predates the measurement)."""
+  return [segment["machine"].get("speed") for segment in (record or {}).get("segments", [])]
 
 
 def machine_kinds(record: dict[str, Any] | None) -> list[str]:

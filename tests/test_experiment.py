@@ -464,17 +464,21 @@ def test_a_stop_reaches_the_running_run_as_the_sigterm_it_checkpoints_on(tmp_pat
 
 
 def write_run(folder, train_success, eval_success=None, final=None, skills=None, fields=None,
-              machines=(), weights=None):
+              machines=(), weights=None, speeds=None):
   """A run folder as the trainer leaves it: metrics.jsonl, summary.json, analysis/;
   `fields`: more figures of every train record (the teacher gap, episodes, seconds);
-  `machines` (CPU names, one per start) and `weights` ((first, final) fingerprints):
+  `machines` (CPU names, one per start), `speeds` ((matmul GFLOP/s, GB/s) per start, None
+  where unmeasured; default: none measured) and `weights` ((first, final) fingerprints):
   provenance.json."""
   os.makedirs(folder, exist_ok=True)
   if machines:
     first, final_weights = weights or ("w0", "w1")
+    speeds = speeds or [None] * len(machines)
     segments = [{"resumed_from": None if i == 0 else i, "initial_params": first,
-                 "machine": {"cpu": cpu, "cores": 2, "devices": 1, "device_kind": "cpu"}}
-                for i, cpu in enumerate(machines)]
+                 "machine": {"cpu": cpu, "cores": 2, "devices": 1, "device_kind": "cpu",
+                             **({"speed": {"matmul_gflops": speed[0], "stream_gbps": speed[1]}}
+                                if speed else {})}}
+                for i, (cpu, speed) in enumerate(zip(machines, speeds))]
     with open(os.path.join(folder, "provenance.json"), "w") as f:
       json.dump({"segments": segments, "final_params": final_weights}, f)
   records = [{"step": 0, "phase": "bc", "loss": 1.0}]
@@ -880,10 +884,32 @@ def test_the_page_counts_the_optimizer_steps_each_run_took(tmp_path):
   assert "| grpo | 0.00 ± 0.00 | 1.0 ± 1.4 | 3.5 ± 2.1 |" in page
 
 
+def test_wall_times_pair_only_on_machines_of_alike_measured_speed(tmp_path):
+  """One CPU name has covered machines 2x apart: where the runs measured their machine,
+  a ratio needs speeds within machine_speed.ALIKE_SHARE; runs from before the measurement
+  pair on the name alone; one measured and one not do not pair."""
+  out = str(tmp_path)
+  speeds = {0: ((360.0, 24.0), (350.0, 23.0)),  # alike: paired
+            1: ((360.0, 24.0), (180.0, 24.0)),  # the matmul half as fast: not paired
+            2: ((360.0, 24.0), (360.0, 12.0)),  # the memory half as fast: not paired
+            3: (None, None),                    # neither measured: paired by name
+            4: ((360.0, 24.0), None)}           # one measured: not paired
+  for seed, (seed_speed, grpo_speed) in speeds.items():
+    write_run(f"{out}/seed/seed{seed}", [0.5], {1: 0.5}, final=0.5,
+              fields={"time_rollout_s": 30.0}, machines=["AMD EPYC"], speeds=[seed_speed])
+    write_run(f"{out}/grpo/seed{seed}", [0.5], {1: 0.5}, final=0.5,
+              fields={"time_rollout_s": 20.0}, machines=["AMD EPYC"], speeds=[grpo_speed])
+  page = aggregate.results_markdown(
+      aggregate.read_experiment(out, ["seed", "grpo"], list(speeds)))
+  assert "| seed | 30 ± 0 | - | 1.50 ± 0.00 | 2 |" in page  # seeds 0 and 3
+  assert "| seed/seed0 | AMD EPYC x2 / 1 cpu | 360 GFLOP/s, 24.0 GB/s |" in page
+  assert "| grpo/seed4 | AMD EPYC x2 / 1 cpu | - |" in page
+
+
 def test_the_page_tells_where_each_run_ran_and_which_warm_start_it_started_from(tmp_path):
   out = str(tmp_path)
   write_run(f"{out}/warm_start/seed0/bc", [], {0: 0.5}, machines=["Fast CPU"],
-            weights=("base", "bc0"))
+            weights=("base", "bc0"), speeds=[(360.0, 24.0)])
   write_run(f"{out}/warm_start/seed0/stage1", [], {0: 0.5}, machines=["Slow CPU"],
             weights=("bc0", "s1"))
   # Stage 1 as computed before, on another machine, then superseded (jobs.supersede).
@@ -893,7 +919,7 @@ def test_the_page_tells_where_each_run_ran_and_which_warm_start_it_started_from(
             weights=("bc0", "g"))
   # Started from the earlier stage 1, stopped, resumed on the slow machine:
   write_run(f"{out}/seed/seed0", [0.5], final=0.5, machines=["Fast CPU", "Slow CPU"],
-            weights=("s1-earlier", "s"))
+            weights=("s1-earlier", "s"), speeds=[(360.0, 24.0), (180.0, 12.0)])
   write_run(f"{out}/seed_oracle/seed0", [0.5], final=0.5, machines=["Fast CPU"],
             weights=("s1-unknown", "o"))
   write_run(f"{out}/no_opd/seed0", [0.5], final=0.5)  # from before the record
@@ -901,13 +927,14 @@ def test_the_page_tells_where_each_run_ran_and_which_warm_start_it_started_from(
   page = open(aggregate.write_results(out, list(arms), [0], warm_starts=arms)).read()
   fast, slow = "Fast CPU x2 / 1 cpu", "Slow CPU x2 / 1 cpu"
   assert "## Where the runs ran" in page
-  assert f"| warm_start/seed0/bc | {fast} | - |" in page
-  assert f"| warm_start/seed0/stage1 | {slow} | yes |" in page
-  assert f"| grpo/seed0 | {fast} | yes |" in page
-  assert (f"| seed/seed0 | {fast}; {slow} | yes (an earlier computation: superseded/0) |"
-          in page)
-  assert f"| seed_oracle/seed0 | {fast} | **no** |" in page
-  assert "| no_opd/seed0 | not recorded | not recorded |" in page
+  # Each start's measured speed; `-` where a start did not measure it.
+  assert f"| warm_start/seed0/bc | {fast} | 360 GFLOP/s, 24.0 GB/s | - |" in page
+  assert f"| warm_start/seed0/stage1 | {slow} | - | yes |" in page
+  assert f"| grpo/seed0 | {fast} | - | yes |" in page
+  assert (f"| seed/seed0 | {fast}; {slow} | 360 GFLOP/s, 24.0 GB/s; 180 GFLOP/s, 12.0 GB/s | "
+          "yes (an earlier computation: superseded/0) |" in page)
+  assert f"| seed_oracle/seed0 | {fast} | - | **no** |" in page
+  assert "| no_opd/seed0 | not recorded | not recorded | not recorded |" in page
   # Each held-out curve starts from the warm start the run started from.
   assert "| seed | 1/1 | 0.250 (n=1) |" in page
   assert "| seed_oracle | 1/1 | 0.500 (n=1) |" in page  # unknown: the current one

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from seed_jax import provenance
+from seed_jax import machine_speed, provenance
 from seed_jax.experiments import recurrence
 from seed_jax.experiments.arms import BC, STAGE1, get_arm
 from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, cpu_per_wall, log_path,
@@ -445,12 +445,27 @@ def one_machine(run: RunResults) -> str | None:
 MIN_CPU_SHARE = 0.8
 
 
+def alike_speeds(run: RunResults, base: RunResults) -> bool:
+  """Whether every segment of both runs measured a machine of alike speed
+  (`machine_speed.alike`). Runs from before the measurement (no segment has it) pass on
+  their machine kind alone, as they were compared; a run with it and one without do not:
+  one CPU name has covered machines 2x apart."""
+  speeds = provenance.segment_speeds(run.origin) + provenance.segment_speeds(base.origin)
+  if all(speed is None for speed in speeds):
+    return True
+  if any(speed is None for speed in speeds):
+    return False
+  return all(machine_speed.alike(speeds[0], speed) for speed in speeds[1:])
+
+
 def _comparable(run: RunResults, base: RunResults) -> bool:
   """Whether two runs' wall times measure the same machine: one machine kind throughout
-  each (provenance.json), the same for both, and neither shared its cores much more than
-  the other (`MIN_CPU_SHARE`, where both logs tell)."""
+  each (provenance.json), the same for both, of alike measured speed (`alike_speeds`), and
+  neither shared its cores much more than the other (`MIN_CPU_SHARE`, where both logs
+  tell)."""
   kind = one_machine(run)
-  if kind is None or kind != one_machine(base) or not rl_seconds(base):
+  if (kind is None or kind != one_machine(base) or not rl_seconds(base)
+      or not alike_speeds(run, base)):
     return False
   shares = (run.cpu_per_wall, base.cpu_per_wall)
   if None in shares:
@@ -460,14 +475,15 @@ def _comparable(run: RunResults, base: RunResults) -> bool:
 
 def cost_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE) -> list[str]:
   """RL wall time per arm and, paired by seed, its ratio to the baseline's: only between
-  runs that ran on one machine kind throughout (machines differ by up to 2x) and kept
-  their cores alike busy (`_comparable`)."""
+  runs that ran on one machine kind of alike measured speed throughout (machines differ by
+  up to 2x) and kept their cores alike busy (`_comparable`)."""
   lines = ["", "## Wall time of RL", "",
            "Rollout, analysis and update seconds of the finished runs (evaluations left "
            f"out), and CPU seconds per wall second over each run's starts (its log; about 1.8 "
            f"alone on 2 cores); the ratio to {baseline} is per seed, between two runs that "
-           "ran throughout on one machine of the same kind (`provenance.json`; see \"Where "
-           "the runs ran\") and neither of which kept its cores busy less than "
+           "ran throughout on one machine of the same kind and, where measured, within "
+           f"{machine_speed.ALIKE_SHARE:.0%} of each other's speed (`provenance.json`; see "
+           "\"Where the runs ran\") and neither of which kept its cores busy less than "
            f"{MIN_CPU_SHARE:.0%} as much as the other (it shared them), then averaged.", "",
            f"| arm | RL seconds | CPU s per wall s | ratio to {baseline} | seeds paired |",
            "|---|---|---|---|---|"]
@@ -519,12 +535,17 @@ def provenance_lines(results: dict[str, list[RunResults]],
   lines = ["", "## Where the runs ran", "",
            "Each start of a run records its machine and the fingerprint of the "
            "weights it starts from (`provenance.json`, seed_jax/provenance.py); a warm start "
-           "computed again on another kind of CPU is close to the first, not bitwise equal. "
-           "`not recorded`: a run from before the record.", "",
-           "| run | machines | starts from its warm start's final weights |", "|---|---|---|"]
+           "computed again on another kind of CPU is close to the first, not bitwise equal; "
+           "speed: each start's bf16 matmul GFLOP/s and streaming GB/s "
+           "(seed_jax/machine_speed.py). `not recorded`: a run from before the record.", "",
+           "| run | machines | speed at each start | starts from its warm start's final "
+           "weights |", "|---|---|---|---|"]
   for name, origin, source in rows:
     machines = "; ".join(provenance.machine_kinds(origin)) or "not recorded"
-    lines.append(f"| {name} | {machines} | {source} |")
+    speeds = "; ".join("-" if speed is None else
+                       f"{speed['matmul_gflops']:.0f} GFLOP/s, {speed['stream_gbps']:.1f} GB/s"
+                       for speed in provenance.segment_speeds(origin)) or "not recorded"
+    lines.append(f"| {name} | {machines} | {speeds} | {source} |")
   return lines
 
 

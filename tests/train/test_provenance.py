@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from seed_jax import provenance
+from seed_jax import machine_speed, provenance
 from seed_jax.train.trainer import Trainer
 from tests.train.conftest import tiny_spec
 
@@ -73,6 +73,9 @@ def test_an_arm_started_from_a_warm_start_records_the_warm_starts_final_weights(
   [segment] = warm_record["segments"]
   assert segment["resumed_from"] is None and segment["machine"]["cores"] >= 1
   assert segment["machine"]["devices"] == jax.device_count()
+  # Its speed, measured at the start: one CPU name has covered machines 2x apart.
+  [speed] = provenance.segment_speeds(warm_record)
+  assert speed["matmul_gflops"] > 0 and speed["stream_gbps"] > 0
 
   arm = str(tmp_path / "arm")
   Trainer(tiny_spec(tiny_model, "grpo", iterations=0, init_from=warm, **RUN), arm).run()
@@ -102,3 +105,11 @@ def test_a_start_drops_the_segments_whose_work_it_redoes(tmp_path):
 def test_a_run_from_before_provenance_reads_as_none(tmp_path):
   assert provenance.read(tmp_path) is None
   assert provenance.initial_params(None) is None and provenance.machine_kinds(None) == []
+
+
+def test_two_speeds_are_alike_within_the_share_on_every_figure():
+  fast = {"matmul_gflops": 360.0, "stream_gbps": 24.0}
+  assert machine_speed.alike(fast, {"matmul_gflops": 300.0, "stream_gbps": 20.0})
+  assert not machine_speed.alike(fast, {"matmul_gflops": 180.0, "stream_gbps": 24.0})
+  assert not machine_speed.alike(fast, {"matmul_gflops": 360.0, "stream_gbps": 12.0})
+  assert machine_speed.alike(fast, {"matmul_gflops": 180.0, "stream_gbps": 12.0}, share=0.5)
