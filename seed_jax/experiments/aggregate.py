@@ -481,9 +481,10 @@ def cost_lines(results: dict[str, list[RunResults]], baseline: str = BASELINE) -
            "Rollout, analysis and update seconds of the finished runs (evaluations left "
            f"out), and CPU seconds per wall second over each run's starts (its log; about 1.8 "
            f"alone on 2 cores); the ratio to {baseline} is per seed, between two runs that "
-           "ran throughout on one machine of the same kind and, where measured, within "
-           f"{machine_speed.ALIKE_SHARE:.0%} of each other's speed (`provenance.json`; see "
-           "\"Where the runs ran\") and neither of which kept its cores busy less than "
+           "ran throughout on one machine of the same kind and, where measured, of alike "
+           f"speed (the slower at least {machine_speed.ALIKE_SHARE:.0%} of the faster; "
+           "`provenance.json`, see \"Where the runs ran\") and neither of which kept its "
+           "cores busy less than "
            f"{MIN_CPU_SHARE:.0%} as much as the other (it shared them), then averaged.", "",
            f"| arm | RL seconds | CPU s per wall s | ratio to {baseline} | seeds paired |",
            "|---|---|---|---|---|"]
