@@ -899,8 +899,14 @@ def test_wall_times_pair_only_on_machines_of_alike_measured_speed(tmp_path):
               fields={"time_rollout_s": 30.0}, machines=["AMD EPYC"], speeds=[seed_speed])
     write_run(f"{out}/grpo/seed{seed}", [0.5], {1: 0.5}, final=0.5,
               fields={"time_rollout_s": 20.0}, machines=["AMD EPYC"], speeds=[grpo_speed])
+  # Seed 5: each of grpo's two starts is alike to seed's (260 and 500 against 360, both
+  # within 0.7), but not to each other (260 < 0.7 x 500): not paired.
+  write_run(f"{out}/seed/seed5", [0.5], {1: 0.5}, final=0.5, fields={"time_rollout_s": 30.0},
+            machines=["AMD EPYC"], speeds=[(360.0, 24.0)])
+  write_run(f"{out}/grpo/seed5", [0.5], {1: 0.5}, final=0.5, fields={"time_rollout_s": 20.0},
+            machines=["AMD EPYC", "AMD EPYC"], speeds=[(260.0, 24.0), (500.0, 24.0)])
   page = aggregate.results_markdown(
-      aggregate.read_experiment(out, ["seed", "grpo"], list(speeds)))
+      aggregate.read_experiment(out, ["seed", "grpo"], [*speeds, 5]))
   assert "| seed | 30 ± 0 | - | 1.50 ± 0.00 | 2 |" in page  # seeds 0 and 3
   assert "| seed/seed0 | AMD EPYC x2 / 1 cpu | 360 GFLOP/s, 24.0 GB/s |" in page
   assert "| grpo/seed4 | AMD EPYC x2 / 1 cpu | - |" in page

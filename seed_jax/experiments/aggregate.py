@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import io
+import itertools
 import json
 import math
 import os
@@ -446,16 +447,17 @@ MIN_CPU_SHARE = 0.8
 
 
 def alike_speeds(run: RunResults, base: RunResults) -> bool:
-  """Whether every segment of both runs measured a machine of alike speed
-  (`machine_speed.alike`). Runs from before the measurement (no segment has it) pass on
-  their machine kind alone, as they were compared; a run with it and one without do not:
-  one CPU name has covered machines 2x apart."""
+  """Whether the segments of both runs measured machines all alike, every two of them
+  (`machine_speed.alike`: being alike is not transitive, so each against the first would
+  pass two starts 2x apart that both sit near it). Runs from before the measurement (no
+  segment has it) pass on their machine kind alone, as they were compared; a run with it
+  and one without do not: one CPU name has covered machines 2x apart."""
   speeds = provenance.segment_speeds(run.origin) + provenance.segment_speeds(base.origin)
   if all(speed is None for speed in speeds):
     return True
   if any(speed is None for speed in speeds):
     return False
-  return all(machine_speed.alike(speeds[0], speed) for speed in speeds[1:])
+  return all(machine_speed.alike(a, b) for a, b in itertools.combinations(speeds, 2))
 
 
 def _comparable(run: RunResults, base: RunResults) -> bool:
