@@ -53,11 +53,11 @@ from typing import Any, Callable, Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from seed_jax.experiments import aggregate
+from seed_jax.experiments import aggregate, expert_plans
 from seed_jax.experiments.arms import Arm, check_arm_overrides, get_arm
 from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, Job, is_finished, log_path,
-                                       needs_teacher_gap, plan_jobs, run_jobs,
-                                       teacher_gap_parts, usage_line)
+                                       needs_expert_plans, needs_teacher_gap, plan_jobs,
+                                       run_jobs, teacher_gap_parts, usage_line)
 
 
 def _define_flags() -> None:
@@ -233,6 +233,20 @@ def reproducing_command(argv: Sequence[str]) -> str:
   return shlex.join(["python", "-m", "seed_jax.experiment"] + kept)
 
 
+def write_expert_plans(jobs: Sequence[Job], stop: threading.Event) -> None:
+  """The expert's plans for every finished run whose policy wrote skills and has none yet
+  (the page reads its skills against them); a run whose records cannot give them is named
+  and left without."""
+  for job in jobs:
+    if stop.is_set() or not needs_expert_plans(job):
+      continue
+    try:
+      print(f"[experiment] {job.name} expert plans: "
+            f"{expert_plans.write_expert_plans(job.workdir)}", flush=True)
+    except ValueError as e:
+      print(f"[experiment] {job.name} expert plans not written: {e}", flush=True)
+
+
 def run_experiment(config, arms: Sequence[Arm], seeds: Sequence[int], out: str,
                    parallel: int, teacher_gap: bool = False, max_runs: int = 0):
   """Runs the experiment's unfinished runs (at most `max_runs` starts; 0: all); returns
@@ -262,6 +276,8 @@ def run_experiment(config, arms: Sequence[Arm], seeds: Sequence[int], out: str,
         measure(job)
     runner = with_teacher_gap(runner, measure, stop)
   outcome = run_jobs(jobs, runner, parallel=parallel, stop=stop, max_starts=max_runs)
+  if teacher_gap:
+    write_expert_plans(jobs, stop)
   print(f"[experiment] {len(outcome.skipped)} runs already finished, "
         f"{len(outcome.finished)} finished now, {len(outcome.unfinished)} unfinished "
         f"{outcome.unfinished or ''}, {len(outcome.waiting)} waiting", flush=True)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from seed_jax import machine_speed, provenance
-from seed_jax.experiments import recurrence
+from seed_jax.experiments import expert_plans, recurrence
 from seed_jax.experiments.arms import BC, STAGE1, get_arm
 from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, cpu_per_wall, log_path,
                                        warm_start_workdir)
@@ -77,19 +77,34 @@ def names_objects(skill: str, task: str) -> bool:
   return bool(objects) and all(re.search(rf"\b{re.escape(o)}(e?s)?\b", text) for o in objects)
 
 
-def skill_quality(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+def skill_quality(records: Sequence[dict[str, Any]],
+                  plans: dict[str, list[str]] | None = None) -> dict[str, float]:
   """Over one iteration's analysis records: the share of trajectories with a skill
   (`parse_rate`), the mean words of those skills, and the share of them that name all of
   their task's objects (`names_objects`: a skill about the task, not a generic one). The
-  last two are NaN (left out of tables and curves) when there is no skill to measure."""
+  last two are NaN (left out of tables and curves) when there is no skill to measure.
+  With the expert's plans (task id -> actions, `expert_plans.json`), also the share of the
+  skills whose task has a plan that agree with it (`expert_plans.plan_agreement`:
+  `first_step_right`, `plan_right`, `one_action_repeated`)."""
   skills = [(r["skill"], r.get("task", "")) for r in records if r.get("skill")]
-  return {
+  quality = {
       "parse_rate": len(skills) / len(records) if records else 0.0,
       "skill_words": (float(np.mean([len(s.split()) for s, _ in skills])) if skills
                       else math.nan),
       "names_objects": (float(np.mean([names_objects(s, t) for s, t in skills]))
                         if skills else math.nan),
   }
+  if plans is not None:
+    agreements = [expert_plans.plan_agreement(r["skill"], plans[r["task_id"]])
+                  for r in records if r.get("skill") and r.get("task_id") in plans]
+    for key in PLAN_FIGURES:
+      quality[key] = (float(np.mean([a[key] for a in agreements])) if agreements
+                      else math.nan)
+  return quality
+
+
+# A skill's numbered plan against the expert's (`expert_plans.plan_agreement`), in order.
+PLAN_FIGURES = ("first_step_right", "plan_right", "one_action_repeated")
 
 
 def _phases(workdir: str) -> dict[str, dict[int, dict[str, Any]]]:
@@ -120,12 +135,13 @@ def read_run(workdir: str, arm: str, seed: int, warm_workdir: str = "") -> RunRe
     if warm_eval is not None:
       by_phase["eval"].setdefault(0, warm_eval)
   analysis = recurrence.iteration_records(workdir, "analysis")
+  plans = expert_plans.read_expert_plans(workdir)
   summary = None
   if os.path.exists(os.path.join(workdir, "summary.json")):
     with open(os.path.join(workdir, "summary.json")) as f:
       summary = json.load(f)
   return RunResults(arm, seed, by_phase["train"], by_phase["eval"],
-                    {step: skill_quality(records) for step, records in analysis.items()},
+                    {step: skill_quality(records, plans) for step, records in analysis.items()},
                     summary,
                     read_teacher_gap(workdir),
                     read_teacher_gap(warm_workdir) if warm_workdir else None,
@@ -292,7 +308,7 @@ def eval_curve(runs, split: str = HELD_OUT) -> dict[int, list[float]]:
 
 
 def skill_curve(runs, key: str) -> dict[int, list[float]]:
-  return curve(runs, lambda r, s: r.skills[s][key], lambda r: r.skills)
+  return curve(runs, lambda r, s: r.skills[s].get(key), lambda r: r.skills)
 
 
 def _is_number(value: Any) -> bool:
@@ -335,7 +351,9 @@ CURVES: dict[str, list[tuple[str, Callable]]] = {
                     lambda runs: skill_curve(runs, "parse_rate")),
                    ("skill length (words)", lambda runs: skill_curve(runs, "skill_words")),
                    ("skills naming all the task's objects",
-                    lambda runs: skill_curve(runs, "names_objects"))],
+                    lambda runs: skill_curve(runs, "names_objects")),
+                   ("skills whose first step is the expert's",
+                    lambda runs: skill_curve(runs, "first_step_right"))],
 }
 
 SHARED_Y = frozenset({"teacher_gap.png"})  # CURVES files whose panels share one y scale
@@ -828,10 +846,37 @@ def results_markdown(results: dict[str, list[RunResults]],
                    f"{_fmt([t.get('gate_mean') for t in final])} | "
                    + " | ".join(_fmt([t.get(key) for t in final]) for _, key in GAP_COLUMNS)
                    + " |")
+    lines += plan_lines({arm: results[arm] for arm in skill_arms})
   if images:
     lines += ["", "## Curves", "", "Lines: the mean over seeds; bands: ± one standard "
               "deviation.", ""] + [f"![{name}]({name})" for name in images]
   return "\n".join(lines) + "\n"
+
+
+def plan_lines(results: dict[str, list[RunResults]]) -> list[str]:
+  """The skills' numbered plans against the expert's, at the first and the last iteration,
+  per arm whose runs have `expert_plans.json` (`seed_jax.experiments.expert_plans`)."""
+  def figure(run: RunResults, step_of, key: str) -> float | None:
+    return run.skills[step_of(run.skills)].get(key) if run.skills else None
+  arms = {arm: [r for r in runs if any(PLAN_FIGURES[0] in q for q in r.skills.values())]
+          for arm, runs in results.items()}
+  arms = {arm: runs for arm, runs in arms.items() if runs}
+  if not arms:
+    return []
+  lines = ["", "## The skills' plans against the expert's", "",
+           "Per skill written in numbered steps (the oracle analyzer's form, which stage 1 "
+           "teaches): whether its first step is the expert's first action for the task, "
+           "whether its steps are the expert's whole plan, and whether it repeats one action "
+           "throughout (`seed_jax.experiments.expert_plans`; the runs with "
+           "`expert_plans.json`).", "",
+           "| arm | runs | first step right, first iteration | last iteration | plan right, "
+           "first iteration | last iteration | one action repeated, first iteration | "
+           "last iteration |", "|---" * 8 + "|"]
+  for arm, runs in arms.items():
+    cells = [_fmt([figure(r, step_of, key) for r in runs])
+             for key in PLAN_FIGURES for step_of in (min, max)]
+    lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + " |")
+  return lines
 
 
 def episode_axis(runs: Sequence[RunResults]) -> dict[int, float]:

@@ -34,6 +34,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 from seed_jax.experiments.arms import BC, LIBRARY, STAGE1, Arm
+from seed_jax.experiments.expert_plans import EXPERT_PLANS_FILE
 
 WARM_START = "warm_start"  # folder of the shared warm starts under --out (not an arm name)
 
@@ -200,6 +201,13 @@ def needs_teacher_gap(job: Job) -> bool:
   """A finished job without its teacher gap whose weights are still here to measure."""
   return (is_finished(job) and not os.path.exists(os.path.join(job.workdir, TEACHER_GAP_FILE))
           and bool(checkpoint_steps(job.workdir)))
+
+
+def needs_expert_plans(job: Job) -> bool:
+  """A finished run whose policy wrote skills, without the expert's plans to read them
+  against (`seed_jax.experiments.expert_plans`: records only, no checkpoint needed)."""
+  return (("analyzer.backend", "policy") in job.overrides and is_finished(job)
+          and not os.path.exists(os.path.join(job.workdir, EXPERT_PLANS_FILE)))
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
