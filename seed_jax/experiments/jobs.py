@@ -180,6 +180,12 @@ def cpu_per_wall(path: str, job_name: str) -> float | None:
   return cpu / wall if wall else None
 
 
+def analyses_with_the_policy(job: Job) -> bool:
+  """Whether the job's RL analyses its trajectories with the policy itself (the arm's
+  `analyzer.backend`): the skills its OPD term reads are the policy's own."""
+  return ("analyzer.backend", "policy") in job.overrides
+
+
 def teacher_gap_parts(job: Job) -> tuple[str, ...]:
   """What `--teacher_gap` measures of a finished job (`seed_jax.teacher_gap --parts`).
 
@@ -192,7 +198,7 @@ def teacher_gap_parts(job: Job) -> tuple[str, ...]:
   """
   if job.name.endswith(f"/{BC}"):
     return ("acting", "decision")
-  if job.name.endswith(f"/{STAGE1}") or ("analyzer.backend", "policy") in job.overrides:
+  if job.name.endswith(f"/{STAGE1}") or analyses_with_the_policy(job):
     return ("decision", "tokens")
   return ("decision",)
 
@@ -206,7 +212,7 @@ def needs_teacher_gap(job: Job) -> bool:
 def needs_expert_plans(job: Job) -> bool:
   """A finished run whose policy wrote skills, without the expert's plans to read them
   against (`seed_jax.experiments.expert_plans`: records only, no checkpoint needed)."""
-  return (("analyzer.backend", "policy") in job.overrides and is_finished(job)
+  return (analyses_with_the_policy(job) and is_finished(job)
           and not os.path.exists(os.path.join(job.workdir, EXPERT_PLANS_FILE)))
 
 
