@@ -53,7 +53,7 @@ from typing import Any, Callable, Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from seed_jax.experiments import aggregate, expert_plans
+from seed_jax.experiments import aggregate, expert_plans, run_results
 from seed_jax.experiments.arms import Arm, check_arm_overrides, get_arm
 from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, Job, is_finished, log_path,
                                        needs_expert_plans, needs_teacher_gap, plan_jobs,
@@ -130,7 +130,7 @@ def teacher_gap_command(job: Job, config_arg: str) -> list[str]:
   """`seed_jax.teacher_gap` on the job's final weights, with the job's config, on every
   held-out task; its JSON goes to `<workdir>/teacher_gap.json`."""
   return [sys.executable, "-m", "seed_jax.teacher_gap", f"--config={config_arg}",
-          f"--init={job.workdir}", f"--split={aggregate.HELD_OUT}", "--episodes=0",
+          f"--init={job.workdir}", f"--split={run_results.HELD_OUT}", "--episodes=0",
           f"--parts={','.join(teacher_gap_parts(job))}",
           f"--json={os.path.join(job.workdir, TEACHER_GAP_FILE)}"] + [
               override_arg(k, v) for k, v in job.overrides]

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from seed_jax import experiment
-from seed_jax.experiments import aggregate
+from seed_jax.experiments import aggregate, run_results
 from seed_jax.experiments.arms import (BC, LIBRARY, STAGE1, Arm, check_arm_overrides,
                                        get_arm)
-from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, Job, checkpoint_steps,
+from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, Job, checkpoint_steps, cpu_per_wall,
                                        is_finished, needs_teacher_gap, plan_jobs,
                                        prepare_workdir, run_jobs)
 from seed_jax.train.algorithms import ALGORITHMS
@@ -498,23 +498,23 @@ def write_run(folder, train_success, eval_success=None, final=None, skills=None,
 
 
 def test_task_objects_are_what_the_task_sentence_names_besides_its_verbs():
-  assert aggregate.task_objects("clean some apple and put it in fridge") == ["apple", "fridge"]
-  assert aggregate.task_objects("look at bowl under the desklamp") == ["bowl", "desklamp"]
-  assert aggregate.names_objects("Find the apples, rinse, put in the Fridge.",
-                                 "clean some apple and put it in fridge")
-  assert not aggregate.names_objects("Go to the fridge first.",
-                                     "clean some apple and put it in fridge")
+  assert run_results.task_objects("clean some apple and put it in fridge") == ["apple", "fridge"]
+  assert run_results.task_objects("look at bowl under the desklamp") == ["bowl", "desklamp"]
+  assert run_results.names_objects("Find the apples, rinse, put in the Fridge.",
+                                   "clean some apple and put it in fridge")
+  assert not run_results.names_objects("Go to the fridge first.",
+                                       "clean some apple and put it in fridge")
 
 
 def test_skill_quality_counts_parsed_skills_their_words_and_those_naming_the_objects():
   task = "put a mug on desk"
-  quality = aggregate.skill_quality([
+  quality = run_results.skill_quality([
       {"task": task, "skill": "take the mug to the desk"},        # 6 words, names both
       {"task": task, "skill": "always check every receptacle"},  # 4 words, names none
       {"task": task, "skill": None},
       {"task": task, "skill": None}])
   assert quality == {"parse_rate": 0.5, "skill_words": 5.0, "names_objects": 0.5}
-  none = aggregate.skill_quality([{"task": task, "skill": None}])
+  none = run_results.skill_quality([{"task": task, "skill": None}])
   assert none["parse_rate"] == 0.0 and np.isnan(none["skill_words"])
 
 
@@ -653,11 +653,11 @@ def test_each_arm_starts_its_held_out_curve_from_the_evaluation_of_its_warm_star
     write_run(f"{out}/warm_start/seed{seed}/stage1", [], {0: stage1})
     write_run(f"{out}/seed/seed{seed}", [0.5], {1: 1.0}, final=1.0)
   write_run(f"{out}/grpo/seed0", [0.5])  # interrupted before its evaluation
-  results = aggregate.read_experiment(out, ["seed", "grpo"], [0, 1],
-                                      {"seed": STAGE1, "grpo": BC})
-  assert aggregate.eval_curve(results["seed"]) == {0: [0.5, 0.5], 1: [1.0, 1.0]}
-  assert aggregate.eval_curve(results["grpo"]) == {0: [0.25, 0.75]}  # from BC, run or not
-  assert aggregate.final_success(results["grpo"][0]) is None  # the warm start's is not final
+  results = run_results.read_experiment(out, ["seed", "grpo"], [0, 1],
+                                        {"seed": STAGE1, "grpo": BC})
+  assert run_results.eval_curve(results["seed"]) == {0: [0.5, 0.5], 1: [1.0, 1.0]}
+  assert run_results.eval_curve(results["grpo"]) == {0: [0.25, 0.75]}  # from BC, run or not
+  assert run_results.final_success(results["grpo"][0]) is None  # the warm start's is not final
   page = aggregate.results_markdown(results)
   assert "| seed | 2/2 | 0.500 ± 0.000 | 1.000 ± 0.000 |" in page
   assert "| grpo | 0/2 | 0.500 ± 0.354 | - |" in page
@@ -673,7 +673,7 @@ def test_warm_starts_evaluate_the_checkpoint_the_arms_start_from(tmp_path):
 
 def test_a_figure_without_data_is_not_drawn(tmp_path):
   write_run(f"{tmp_path}/grpo/seed0", [0.0, 0.5], {2: 0.5}, final=0.5)
-  images = aggregate.plot_experiment(aggregate.read_experiment(str(tmp_path), ["grpo"], [0]),
+  images = aggregate.plot_experiment(run_results.read_experiment(str(tmp_path), ["grpo"], [0]),
                                      str(tmp_path))
   assert images == ["success.png", "opd_gate.png"]  # no analysis files: no skills.png
 
@@ -681,8 +681,8 @@ def test_a_figure_without_data_is_not_drawn(tmp_path):
 def test_the_curves_run_against_the_training_episodes_consumed(tmp_path):
   write_run(f"{tmp_path}/grpo/seed0", [0.0, 0.5, 0.5], {0: 0.25, 3: 0.5}, final=0.5,
             fields={"episodes": 16})
-  run = aggregate.read_experiment(str(tmp_path), ["grpo"], [0])["grpo"][0]
-  assert aggregate.episodes_consumed(run) == {0: 0, 1: 16, 2: 32, 3: 48}
+  run = run_results.read_experiment(str(tmp_path), ["grpo"], [0])["grpo"][0]
+  assert run_results.episodes_consumed(run) == {0: 0, 1: 16, 2: 32, 3: 48}
   assert aggregate.episode_axis([run, run]) == {0: 0, 1: 16, 2: 32, 3: 48}
 
 
@@ -699,18 +699,18 @@ def test_run_figures_pool_episodes_and_integrate_the_held_out_curve(tmp_path):
                   gate_hist=[0.1, 0.0, 0.0, 0.1, 0.3, 0.2, 0.1, 0.0, 0.0, 0.2])
   with open(os.path.join(folder, "metrics.jsonl"), "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in records)
-  run = aggregate.read_run(folder, "seed", 0)
+  run = run_results.read_run(folder, "seed", 0)
   # All episodes: (0*16 + 0.5*16 + 0.25*32 + 1*32) / 96 = 48 / 96.
-  assert aggregate.training_success_rate(run) == pytest.approx(0.5)
-  assert aggregate.training_success_rate(run, last=0.25) == 1.0  # the last iteration
-  assert aggregate.training_success_rate(run, last=0.5) == pytest.approx(0.625)
-  assert aggregate.training_success_rate(run, first=0.25) == 0.0  # the first iteration
-  assert aggregate.training_success_rate(run, first=0.5) == pytest.approx(0.25)  # 8 / 32
+  assert run_results.training_success_rate(run) == pytest.approx(0.5)
+  assert run_results.training_success_rate(run, last=0.25) == 1.0  # the last iteration
+  assert run_results.training_success_rate(run, last=0.5) == pytest.approx(0.625)
+  assert run_results.training_success_rate(run, first=0.25) == 0.0  # the first iteration
+  assert run_results.training_success_rate(run, first=0.5) == pytest.approx(0.25)  # 8 / 32
   # Trapezoids: 64 * (0.25 + 0.5) / 2 + 32 * (0.5 + 0.75) / 2 = 24 + 20 = 44, over 96.
-  assert aggregate.held_out_auc(run) == pytest.approx(44 / 96)
-  assert aggregate.rl_seconds(run) == 60.0
+  assert run_results.held_out_auc(run) == pytest.approx(44 / 96)
+  assert run_results.rl_seconds(run) == 60.0
   # Bins centred outside [0.4, 0.6] hold 0.1 (at 0.05), 0.1 (0.35), 0.1 (0.65), 0.2 (0.95).
-  assert aggregate.gate_spread(run.train[1]) == pytest.approx(0.5)
+  assert run_results.gate_spread(run.train[1]) == pytest.approx(0.5)
 
 
 def test_the_page_says_whether_each_arm_learns_within_its_runs(tmp_path):
@@ -721,11 +721,33 @@ def test_the_page_says_whether_each_arm_learns_within_its_runs(tmp_path):
   write_run(f"{tmp_path}/grpo/seed1", [0.5, 0.5, 0, 0, 0, 0, 0.25, 0.75], {0: 0.5, 8: 0.25},
             final=0.25)
   write_run(f"{tmp_path}/grpo/seed2", [1.0, 1.0], {0: 1.0})
-  page = aggregate.results_markdown(aggregate.read_experiment(str(tmp_path), ["grpo"],
-                                                              [0, 1, 2]))
+  page = aggregate.results_markdown(run_results.read_experiment(str(tmp_path), ["grpo"],
+                                                                [0, 1, 2]))
   # Rises 0.5 and 0 (mean 0.25, sd 0.354); held-out +0.25 and -0.25 (sd 0.354).
   assert ("| grpo | 2 | 0.375 ± 0.177 | 0.625 ± 0.177 | 0.250 ± 0.354 | 0.375 ± 0.177 | "
           "0.375 ± 0.177 | 0.000 ± 0.354 |") in page
+
+
+def test_the_page_lists_every_finished_run_with_the_figures_its_means_come_from(tmp_path):
+  # 4 iterations of 16 episodes, a quarter is one: seed 0 trains 0.25, 0.5, 0.5, 0.75
+  # (area 2 / 4 = 0.5); held-out 0.25 at the warm start, 0.5 after iteration 2, 0.75 at
+  # the end: trapezoids 32 * 0.375 + 32 * 0.625 = 32, over 64 episodes. Seed 1 has not
+  # finished: no row.
+  fields = {"episodes": 16, "time_rollout_s": 10.0, "time_update_s": 5.5,
+            "gate_hist": [0.25, 0.5, 0.25]}  # centres 1/6, 1/2, 5/6: 0.5 outside [0.4, 0.6]
+  write_run(f"{tmp_path}/seed/seed0", [0.25, 0.5, 0.5, 0.75], {0: 0.25, 2: 0.5, 4: 0.75},
+            final=0.75, fields=fields)
+  write_run(f"{tmp_path}/seed/seed1", [0.5], {0: 0.5}, fields=fields)
+  gap = {"plain": {"p_expert": 0.6, "skills": 0},
+         "oracle": {"p_expert": 0.9, "skills": 32, "decision_gap": 0.3},
+         "policy": {"p_expert": 0.5, "skills": 32, "decision_gap": -0.1}}
+  with open(f"{tmp_path}/seed/seed0/{TEACHER_GAP_FILE}", "w") as f:
+    json.dump(gap, f)
+  page = aggregate.results_markdown(run_results.read_experiment(str(tmp_path), ["seed"], [0, 1]))
+  section = page.split("## Each run", 1)[1].split("\n## ", 1)[0]
+  rows = [line for line in section.splitlines() if line.startswith("| seed | ")]
+  assert rows == ["| seed | 0 | 0.250 | 0.750 | 0.500 | 0.250 | 0.750 | 0.500 | - | 0.600 | "
+                  "0.300 | -0.100 | 0.500 | 62 |"]
 
 
 def test_the_page_compares_each_recurring_task_with_itself(tmp_path):
@@ -737,7 +759,7 @@ def test_the_page_compares_each_recurring_task_with_itself(tmp_path):
   for seed in (0, 1):
     write_run(f"{tmp_path}/grpo/seed{seed}", [0.5, 0.5, 0.5], {0: 0.5}, final=0.5)
   assert "against itself" not in aggregate.results_markdown(
-      aggregate.read_experiment(str(tmp_path), ["grpo"], [0, 1]))  # runs without the records
+      run_results.read_experiment(str(tmp_path), ["grpo"], [0, 1]))  # runs without the records
   # seed 0: task a 0/2 -> 1/2 (rise 0.5, lost at first); seed 1: a 1/2 -> 1/2, b 1/2 -> 1/2
   # -> 2/2 (later 0.75; rises 0 and 0.25, mean 0.125 over its two tasks).
   draw(f"{tmp_path}/grpo/seed0", 1, "a", [0, 0])
@@ -747,7 +769,7 @@ def test_the_page_compares_each_recurring_task_with_itself(tmp_path):
   draw(f"{tmp_path}/grpo/seed1", 2, "b", [1, 0])
   draw(f"{tmp_path}/grpo/seed1", 3, "b", [1, 1])
   draw(f"{tmp_path}/grpo/seed1", 3, "a", [0, 1])
-  page = aggregate.results_markdown(aggregate.read_experiment(str(tmp_path), ["grpo"], [0, 1]))
+  page = aggregate.results_markdown(run_results.read_experiment(str(tmp_path), ["grpo"], [0, 1]))
   # tasks 1 and 2; first 0 and 0.5; later 0.5 and 0.625; rise 0.5 and 0.125 (sd 0.265);
   # lost at first 1 and 0 (later 0.5 in seed 0; seed 1 has none: left out).
   assert ("| grpo | 2 | 1.5 ± 0.7 | 0.250 ± 0.354 | 0.562 ± 0.088 | 0.312 ± 0.265 | 0.5 ± 0.7 | "
@@ -758,7 +780,7 @@ def test_the_page_counts_moves_that_changed_nothing_from_the_raw_step_counts(tmp
   folder = f"{tmp_path}/grpo/seed0"
   write_run(folder, [0.0, 0.5, 0.5, 1.0], {0: 0.25}, final=0.5)
   assert "Moves that changed nothing" not in aggregate.results_markdown(
-      aggregate.read_experiment(str(tmp_path), ["grpo"], [0]))  # runs before the metric
+      run_results.read_experiment(str(tmp_path), ["grpo"], [0]))  # runs before the metric
   with open(os.path.join(folder, "metrics.jsonl")) as f:
     records = [json.loads(line) for line in f]
   # per iteration: steps taken and the valid ones that changed nothing
@@ -773,10 +795,10 @@ def test_the_page_counts_moves_that_changed_nothing_from_the_raw_step_counts(tmp
     summary = json.load(f)
   with open(os.path.join(folder, "summary.json"), "w") as f:
     json.dump({**summary, "valid_unseen/ineffective_action_rate": 0.2}, f)
-  run = aggregate.read_run(folder, "grpo", 0)
-  assert aggregate.training_ineffective_rate(run, first=0.5) == pytest.approx(26 / 60)
-  assert aggregate.training_ineffective_rate(run, last=0.5) == pytest.approx(4 / 22)
-  page = aggregate.results_markdown(aggregate.read_experiment(str(tmp_path), ["grpo"], [0]))
+  run = run_results.read_run(folder, "grpo", 0)
+  assert run_results.training_ineffective_rate(run, first=0.5) == pytest.approx(26 / 60)
+  assert run_results.training_ineffective_rate(run, last=0.5) == pytest.approx(4 / 22)
+  page = aggregate.results_markdown(run_results.read_experiment(str(tmp_path), ["grpo"], [0]))
   assert "## Moves that changed nothing" in page
   # a quarter of 4 iterations is the first (6 / 20) and the last (1 / 10)
   assert "| grpo | 1 | 0.300 (n=1) | 0.100 (n=1) | 0.500 (n=1) | 0.200 (n=1) |" in page
@@ -810,7 +832,7 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
     with open(f"{out}/logs/{name}.log", "w") as f:
       f.write("some output\n" + "\n".join(lines) + "\n")
   page = aggregate.results_markdown(
-      aggregate.read_experiment(out, ["seed", "grpo", "no_opd"], [0, 1, 2]))
+      run_results.read_experiment(out, ["seed", "grpo", "no_opd"], [0, 1, 2]))
   # Differences 0.25, 0.25, 0: mean 1/6, sd 0.1443; t(0.975, 2) = 4.3027 (tables):
   # half-width 4.3027 * 0.1443 / sqrt(3) = 0.3586.
   assert "| seed - grpo | final valid_unseen success | 3 | +0.167 | [-0.192, +0.525] | no |" \
@@ -823,7 +845,7 @@ def test_the_page_pairs_each_arm_with_grpo_by_seed(tmp_path):
   assert "| seed | 69 ± 58 | 1.35 ± 0.64 | 1.50 (n=1) | 1 |" in page
   assert "| grpo | 24 ± 0 | 1.80 ± 0.00 | 1.00 ± 0.00 | 3 |" in page
   assert "| no_opd | 0 (n=1) | - | - | 0 |" in page  # no provenance.json: never paired
-  assert aggregate.cpu_per_wall(f"{out}/logs/none.log", "x/seed0") is None
+  assert cpu_per_wall(f"{out}/logs/none.log", "x/seed0") is None
   # 1 group an iteration, 3 steps a run skipped; no config.json: the steps taken unknown.
   assert "| grpo | 1.00 ± 0.00 | 3.0 ± 0.0 | - |" in page
   # The teacher: the gap of the only iteration is first and last (action block 0.5, 1.5,
@@ -841,7 +863,7 @@ def test_the_page_pairs_each_arm_with_an_opd_term_with_no_opd_the_term_alone(tmp
     for seed, final in enumerate(by_seed):
       write_run(f"{out}/{arm}/seed{seed}", [0.5], {1: final}, final=final)
   page = aggregate.results_markdown(
-      aggregate.read_experiment(out, list(finals), [0, 1]))
+      run_results.read_experiment(out, list(finals), [0, 1]))
   opd_section = page.split("## What the OPD term does")[1].split("\n## ")[0]
   # Differences from no_opd: seed_oracle 0.25 and 0.5 (mean 0.375, sd 0.1768; t(0.975, 1)
   # = 12.706: half-width 12.706 * 0.1768 / sqrt(2) = 1.588); seed 0 and -0.25.
@@ -858,7 +880,7 @@ def test_a_page_without_no_opd_has_no_opd_term_pairing(tmp_path):
   out = str(tmp_path)
   for arm in ("seed", "grpo"):
     write_run(f"{out}/{arm}/seed0", [0.5], {1: 0.5}, final=0.5)
-  page = aggregate.results_markdown(aggregate.read_experiment(out, ["seed", "grpo"], [0]))
+  page = aggregate.results_markdown(run_results.read_experiment(out, ["seed", "grpo"], [0]))
   assert "## What the OPD term does" not in page
 
 
@@ -878,8 +900,8 @@ def test_the_page_counts_the_optimizer_steps_each_run_took(tmp_path):
   for seed in (0, 1):
     with open(f"{tmp_path}/grpo/seed{seed}/config.json", "w") as f:
       json.dump({"rl": {"mini_batch_size": 16}}, f)
-  page = aggregate.results_markdown(aggregate.read_experiment(str(tmp_path), ["grpo"],
-                                                              [0, 1]))
+  page = aggregate.results_markdown(run_results.read_experiment(str(tmp_path), ["grpo"],
+                                                                [0, 1]))
   # Skipped 2 and 0 (mean 1, sd 1.41); 2 and 5 steps taken (mean 3.5, sd 2.12).
   assert "| grpo | 0.00 ± 0.00 | 1.0 ± 1.4 | 3.5 ± 2.1 |" in page
 
@@ -906,7 +928,7 @@ def test_wall_times_pair_only_on_machines_of_alike_measured_speed(tmp_path):
   write_run(f"{out}/grpo/seed5", [0.5], {1: 0.5}, final=0.5, fields={"time_rollout_s": 20.0},
             machines=["AMD EPYC", "AMD EPYC"], speeds=[(260.0, 24.0), (500.0, 24.0)])
   page = aggregate.results_markdown(
-      aggregate.read_experiment(out, ["seed", "grpo"], [*speeds, 5]))
+      run_results.read_experiment(out, ["seed", "grpo"], [*speeds, 5]))
   assert "| seed | 30 ± 0 | - | 1.50 ± 0.00 | 2 |" in page  # seeds 0 and 3
   assert "| seed/seed0 | AMD EPYC x2 / 1 cpu | 360 GFLOP/s, 24.0 GB/s |" in page
   assert "| grpo/seed4 | AMD EPYC x2 / 1 cpu | - |" in page

@@ -11,7 +11,7 @@ import pytest
 from seed_jax import experiment
 from seed_jax.envs import sokoban
 from seed_jax.envs.sokoban import generator
-from seed_jax.experiments import aggregate, expert_plans
+from seed_jax.experiments import aggregate, expert_plans, run_results
 from seed_jax.seed.analyzer import oracle_skill
 from seed_jax.experiments.jobs import needs_expert_plans, run_jobs
 from tests.test_experiment import FakeTrainer, plan, write_run
@@ -53,11 +53,11 @@ def test_skill_quality_counts_the_skills_whose_task_has_a_plan():
       {"task_id": "t2", "skill": "step 1: down, step 2: right."},   # right start only
       {"task_id": "t3", "skill": "step 1: down."},                  # no plan: not counted
       {"task_id": "t2", "skill": None}]                              # no skill: not counted
-  quality = aggregate.skill_quality(records, plans)
+  quality = run_results.skill_quality(records, plans)
   assert quality["first_step_right"] == pytest.approx(2 / 3)
   assert quality["plan_right"] == pytest.approx(1 / 3)
   assert quality["one_action_repeated"] == pytest.approx(1 / 3)
-  assert "plan_right" not in aggregate.skill_quality(records)  # no plans, no figure
+  assert "plan_right" not in run_results.skill_quality(records)  # no plans, no figure
 
 
 def _sokoban_run(folder, task_ids):
@@ -107,7 +107,7 @@ def test_the_page_reads_the_plans_at_the_first_and_last_iteration(tmp_path):
   write_run(f"{out}/seed/seed1", [0.25, 0.5], {2: 0.25}, final=0.25, skills=skills)
   with open(f"{out}/seed/seed0/{expert_plans.EXPERT_PLANS_FILE}", "w") as f:
     json.dump({"t1": ["left", "up"]}, f)
-  results = {"seed": [aggregate.read_run(f"{out}/seed/seed{s}", "seed", s) for s in (0, 1)]}
+  results = {"seed": [run_results.read_run(f"{out}/seed/seed{s}", "seed", s) for s in (0, 1)]}
   lines = aggregate.plan_lines(results)
   assert lines[1] == "## The skills' plans against the expert's"
   # one run of two has plans: first step right 1 -> 0, plan right 1 -> 0, repeated 0 -> 1

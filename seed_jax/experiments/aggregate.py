@@ -1,325 +1,36 @@
-"""An experiment's results from its runs' files: a markdown page and PNG curves.
+"""An experiment's page from its runs' figures: a markdown page and PNG curves.
 
-Per run (`<out>/<arm>/seed<k>`) it reads what the trainer writes: `metrics.jsonl` (phase
-`train`: success, OPD gate, ...; phase `eval`: held-out success per split),
-`summary.json` (the final evaluation), `analysis/iter_N.jsonl` (each trajectory's skill,
-seed_jax/seed/analysis_file.py), `provenance.json` (the machines it ran on, the weights it
-started from: seed_jax/provenance.py) and, with `--teacher_gap`, `teacher_gap.json` (its own
-and its warm start's: seed_jax/experiments/teacher_gap.py). Across seeds each figure is a mean and a sample standard
-deviation (n - 1; with one seed only the mean is meaningful and the std shows as 0).
+The runs' records and each run's figures come from seed_jax/experiments/run_results.py;
+here they are folded over seeds: each figure a mean and a sample standard deviation
+(n - 1; with one seed only the mean is meaningful), and the arms paired by seed.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import glob
 import io
 import itertools
-import json
-import math
 import os
-import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from seed_jax import machine_speed, provenance
-from seed_jax.experiments import expert_plans, recurrence
 from seed_jax.experiments.arms import BC, STAGE1, get_arm
-from seed_jax.experiments.jobs import (TEACHER_GAP_FILE, cpu_per_wall, log_path,
-                                       warm_start_workdir)
-from seed_jax.experiments.stats import curve_mean, mean_std, paired_difference, pooled_rate
-from seed_jax.metrics import read_metrics
+from seed_jax.experiments.jobs import warm_start_workdir
+from seed_jax.experiments.run_results import (
+    HELD_OUT, OTHER_SPLITS, PLAN_FIGURES, RunResults, episodes_consumed, eval_curve,
+    final_eval, final_success, gate_spread, held_out_auc, is_number, optimizer_steps,
+    read_experiment, read_teacher_gap, rl_seconds, skill_curve, train_curve, train_total,
+    training_ineffective_rate, training_success_rate)
+from seed_jax.experiments.stats import mean_std, paired_difference
 from seed_jax.train.algorithms import get_algorithm
 
-HELD_OUT = "valid_unseen"  # unseen floor plans: the comparison's held-out split
-OTHER_SPLITS = ("valid_seen", "train")  # shown too when a run evaluated them
-
-# Words of ALFWorld task sentences ("clean some apple and put it in fridge", "look at bowl
-# under the desklamp") that are not objects: what is left names the task's objects.
-_NOT_OBJECTS = frozenset(
-    "a an the some it them and then in on into under with at to of from put place look "
-    "examine clean heat cool hot cold two find take use using turn your task is".split())
-
-
-@dataclasses.dataclass
-class RunResults:
-  """One run's figures. Steps are RL iterations (1 = after the first update)."""
-  arm: str
-  seed: int
-  train: dict[int, dict[str, Any]]   # step -> the `train` record
-  evals: dict[int, dict[str, Any]]   # step -> the `eval` record
-  skills: dict[int, dict[str, float]]  # step -> skill_quality() of its analysis file
-  summary: dict[str, Any] | None
-  gap: dict[str, Any] | None = None       # teacher_gap.json of its final weights
-  warm_gap: dict[str, Any] | None = None  # and of its warm start's
-  origin: dict[str, Any] | None = None       # provenance.json: machines, weights' fingerprints
-  warm_origin: dict[str, Any] | None = None  # and its warm start's
-  warm_workdir: str = ""  # the computation of its warm start it started from
-  cpu_per_wall: float | None = None  # CPU seconds a wall second over its starts (its log)
-  mini_batch_size: int | None = None  # rl.mini_batch_size of its config.json
-  recurrence: dict[str, float] | None = None  # recurrence.recurrence() of its episodes
-
-
-# ------------------------------------------------------------------ reading
-
-
-def task_objects(task: str) -> list[str]:
-  """The object words of a task sentence, in order, without repeats."""
-  words = re.findall(r"[a-z]+", task.lower())
-  return list(dict.fromkeys(w for w in words if w not in _NOT_OBJECTS))
-
-
-def names_objects(skill: str, task: str) -> bool:
-  """Whether `skill` names every object of `task` (a plural counts: "mugs" names mug)."""
-  text = skill.lower()
-  objects = task_objects(task)
-  return bool(objects) and all(re.search(rf"\b{re.escape(o)}(e?s)?\b", text) for o in objects)
-
-
-def skill_quality(records: Sequence[dict[str, Any]],
-                  plans: dict[str, list[str]] | None = None) -> dict[str, float]:
-  """Over one iteration's analysis records: the share of trajectories with a skill
-  (`parse_rate`), the mean words of those skills, and the share of them that name all of
-  their task's objects (`names_objects`: a skill about the task, not a generic one). The
-  last two are NaN (left out of tables and curves) when there is no skill to measure.
-  With the expert's plans (task id -> actions, `expert_plans.json`), also the share of the
-  skills whose task has a plan that agree with it (`expert_plans.plan_agreement`:
-  `first_step_right`, `plan_right`, `one_action_repeated`)."""
-  skills = [(r["skill"], r.get("task", "")) for r in records if r.get("skill")]
-  quality = {
-      "parse_rate": len(skills) / len(records) if records else 0.0,
-      "skill_words": (float(np.mean([len(s.split()) for s, _ in skills])) if skills
-                      else math.nan),
-      "names_objects": (float(np.mean([names_objects(s, t) for s, t in skills]))
-                        if skills else math.nan),
-  }
-  if plans is not None:
-    agreements = [expert_plans.plan_agreement(r["skill"], plans[r["task_id"]])
-                  for r in records if r.get("skill") and r.get("task_id") in plans]
-    for key in PLAN_FIGURES:
-      quality[key] = (float(np.mean([a[key] for a in agreements])) if agreements
-                      else math.nan)
-  return quality
-
-
-# A skill's numbered plan against the expert's (`expert_plans.plan_agreement`), in order.
-PLAN_FIGURES = ("first_step_right", "plan_right", "one_action_repeated")
-
-
-def _phases(workdir: str) -> dict[str, dict[int, dict[str, Any]]]:
-  """phase ("train", "eval") -> step -> the run's record."""
-  by_phase: dict[str, dict[int, dict[str, Any]]] = {"train": {}, "eval": {}}
-  for record in read_metrics(os.path.join(workdir, "metrics.jsonl")):
-    if record.get("phase") in by_phase:
-      by_phase[record["phase"]][record["step"]] = record
-  return by_phase
-
-
-def read_teacher_gap(workdir: str) -> dict[str, Any] | None:
-  """A run's `teacher_gap.json` (`seed_jax.experiment --teacher_gap`), or None."""
-  try:
-    with open(os.path.join(workdir, TEACHER_GAP_FILE)) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
-
-
-def read_run(workdir: str, arm: str, seed: int, warm_workdir: str = "") -> RunResults:
-  """A run's figures; a run that has not started or finished has fewer of them. The
-  evaluation of its warm start (the run in `warm_workdir`, evaluated at iteration 0)
-  becomes its own iteration 0: where its held-out curve starts."""
-  by_phase = _phases(workdir)
-  if warm_workdir:
-    warm_eval = _phases(warm_workdir)["eval"].get(0)
-    if warm_eval is not None:
-      by_phase["eval"].setdefault(0, warm_eval)
-  analysis = recurrence.iteration_records(workdir, "analysis")
-  plans = expert_plans.read_expert_plans(workdir)
-  summary = None
-  if os.path.exists(os.path.join(workdir, "summary.json")):
-    with open(os.path.join(workdir, "summary.json")) as f:
-      summary = json.load(f)
-  return RunResults(arm, seed, by_phase["train"], by_phase["eval"],
-                    {step: skill_quality(records, plans) for step, records in analysis.items()},
-                    summary,
-                    read_teacher_gap(workdir),
-                    read_teacher_gap(warm_workdir) if warm_workdir else None,
-                    provenance.read(workdir),
-                    provenance.read(warm_workdir) if warm_workdir else None, warm_workdir,
-                    mini_batch_size=_mini_batch_size(workdir),
-                    recurrence=recurrence.recurrence(
-                        recurrence.read_episode_records(workdir, analysis)))
-
-
-def _mini_batch_size(workdir: str) -> int | None:
-  """`rl.mini_batch_size` of the config a run wrote to its workdir, or None."""
-  try:
-    with open(os.path.join(workdir, "config.json")) as f:
-      return int(json.load(f)["rl"]["mini_batch_size"])
-  except (OSError, ValueError, KeyError, TypeError):
-    return None
-
-
-def warm_start_computation(out: str, seed: int, warm_start: str,
-                           origin: dict[str, Any] | None) -> str:
-  """The folder of the computation of a run's warm start that the run started from: the
-  current one, or one computed earlier and superseded (`jobs.supersede`, a warm start
-  computed again on a new machine), whose final weights' fingerprint is the run's first
-  (provenance.json); the current one when no record tells."""
-  current = warm_start_workdir(out, seed, warm_start)
-  start = provenance.initial_params(origin)
-  if start is not None:
-    earlier = sorted(glob.glob(os.path.join(current, "superseded", "*")),
-                     key=lambda path: int(os.path.basename(path)))
-    for folder in [current] + earlier:
-      if (provenance.read(folder) or {}).get("final_params") == start:
-        return folder
-  return current
-
-
-def read_experiment(out: str, arms: Sequence[str], seeds: Sequence[int],
-                    warm_starts: dict[str, str] | None = None) -> dict[str, list[RunResults]]:
-  """arm -> its runs (one per seed) under `out`; `warm_starts` (arm -> `Arm.warm_start`)
-  adds the evaluation of the warm start each run started from as its iteration 0."""
-  warm_starts = warm_starts or {}
-  results = {}
-  for arm in arms:
-    results[arm] = []
-    for seed in seeds:
-      workdir = os.path.join(out, arm, f"seed{seed}")
-      warm = (warm_start_computation(out, seed, warm_starts[arm], provenance.read(workdir))
-              if arm in warm_starts else "")
-      run = read_run(workdir, arm, seed, warm)
-      job_name = f"{arm}/seed{seed}"
-      share = cpu_per_wall(log_path(os.path.join(out, "logs"), job_name), job_name)
-      results[arm].append(dataclasses.replace(run, cpu_per_wall=share))
-  return results
-
-
-# ------------------------------------------------------------------ figures
-
-
-def final_eval(run: RunResults, key: str) -> float | None:
-  """The final evaluation's figure `key` (e.g. "valid_unseen/success"): the summary's,
-  else the last eval record's after RL began (iteration 0 is the warm start's)."""
-  if run.summary is not None and key in run.summary:
-    return run.summary[key]
-  steps = [s for s, r in run.evals.items() if s > 0 and isinstance(r.get(key), (int, float))]
-  return run.evals[max(steps)][key] if steps else None
-
-
-def final_success(run: RunResults, split: str = HELD_OUT) -> float | None:
-  """The final evaluation's success on `split`."""
-  return final_eval(run, f"{split}/success")
-
-
-def episodes_consumed(run: RunResults) -> dict[int, float]:
-  """iteration -> the training episodes played up to and including it (0: the warm start,
-  before any). The x axis of a sample-efficiency curve."""
-  consumed, total = {0: 0.0}, 0.0
-  for step in sorted(run.train):
-    total += run.train[step].get("episodes", 0)
-    consumed[step] = total
-  return consumed
-
-
-def iteration_share(run: RunResults, key: str, last: float = 1.0,
-                    first: float | None = None) -> list[int]:
-  """The iterations of the last `last` share of those that recorded the train figure
-  `key` (at least one), or of the first `first` share when given."""
-  steps = [s for s in sorted(run.train) if _is_number(run.train[s].get(key))]
-  share = last if first is None else first
-  count = max(1, math.ceil(share * len(steps))) if steps else 0
-  return steps[:count] if first is not None else steps[len(steps) - count:]
-
-
-def training_success_rate(run: RunResults, last: float = 1.0, first: float | None = None
-                          ) -> float | None:
-  """The success rate over the training episodes of the last `last` share of the run's
-  iterations (at least one), or of the first `first` share when given; over all of them
-  (`last=1`): the area under the training success-against-episodes curve over its width."""
-  steps = iteration_share(run, "success", last, first)
-  if not steps:
-    return None
-  return pooled_rate([run.train[s]["success"] for s in steps],
-                     [run.train[s].get("episodes", 1) for s in steps])
-
-
-def training_ineffective_rate(run: RunResults, last: float = 1.0, first: float | None = None
-                              ) -> float | None:
-  """The share of the training steps of those iterations (`iteration_share`) whose valid
-  move changed nothing, from the raw counts; None before the metric existed."""
-  steps = iteration_share(run, "ineffective_actions", last, first)
-  taken = sum(run.train[s].get("steps", 0) for s in steps)
-  return sum(run.train[s]["ineffective_actions"] for s in steps) / taken if taken else None
-
-
-def held_out_auc(run: RunResults, split: str = HELD_OUT) -> float | None:
-  """The mean held-out success over the run's training episodes: the area under the
-  piecewise-linear held-out curve (from the warm start's evaluation at 0 episodes) over its
-  width; None with fewer than two evaluations."""
-  consumed, key = episodes_consumed(run), f"{split}/success"
-  points = sorted((consumed[s], r[key]) for s, r in run.evals.items()
-                  if s in consumed and _is_number(r.get(key)))
-  if len(points) < 2:
-    return None
-  return curve_mean([x for x, _ in points], [y for _, y in points])
-
-
-def rl_seconds(run: RunResults) -> float | None:
-  """The run's RL wall time: its iterations' rollout, analysis and update seconds (the
-  evaluations, the same for every arm, left out)."""
-  if not run.train:
-    return None
-  return float(sum(v for record in run.train.values() for k, v in record.items()
-                   if k.startswith("time_") and k.endswith("_s") and _is_number(v)))
-
-
-def gate_spread(record: dict[str, Any]) -> float | None:
-  """The share of OPD-active tokens whose gate is outside [0.4, 0.6] (from the `train`
-  record's `gate_hist`, equal bins over [0, 1]): how many tokens the teacher moves away
-  from the uniform 0.5 a teacher with no knowledge of its own gives."""
-  hist = record.get("gate_hist")
-  if not hist:
-    return None
-  centres = (np.arange(len(hist)) + 0.5) / len(hist)
-  return float(np.sum(np.asarray(hist)[np.abs(centres - 0.5) > 0.1]))
-
-
-def curve(runs: Sequence[RunResults], value: Callable[[RunResults, int], float | None],
-          steps: Callable[[RunResults], Sequence[int]]) -> dict[int, list[float]]:
-  """step -> the value of every run that has one at that step."""
-  points: dict[int, list[float]] = {}
-  for run in runs:
-    for step in steps(run):
-      v = value(run, step)
-      if _is_number(v):
-        points.setdefault(step, []).append(float(v))
-  return dict(sorted(points.items()))
-
-
-def train_curve(runs, key: str = "success") -> dict[int, list[float]]:
-  return curve(runs, lambda r, s: r.train[s].get(key), lambda r: r.train)
-
-
-def eval_curve(runs, split: str = HELD_OUT) -> dict[int, list[float]]:
-  return curve(runs, lambda r, s: r.evals[s].get(f"{split}/success"), lambda r: r.evals)
-
-
-def skill_curve(runs, key: str) -> dict[int, list[float]]:
-  return curve(runs, lambda r, s: r.skills[s].get(key), lambda r: r.skills)
-
-
-def _is_number(value: Any) -> bool:
-  return (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and math.isfinite(value))
 
 
 def _fmt(values: Sequence[Any] | None, digits: int = 3) -> str:
   """"mean ± std" of the finite numbers among `values`; "value (n=1)" for one (no spread
   to give: a sample standard deviation needs two); "-" for none."""
-  values = [v for v in values or () if _is_number(v)]
+  values = [v for v in values or () if is_number(v)]
   if not values:
     return "-"
   mean, std = mean_std(values)
@@ -409,7 +120,7 @@ def _paired_rows(results: dict[str, list[RunResults]], arm: str, baseline: str) 
   rows = []
   for name, figure in PAIRED_FIGURES:
     pairs = [(figure(runs[s]), figure(base[s])) for s in sorted(set(runs) & set(base))]
-    pairs = [(a, b) for a, b in pairs if _is_number(a) and _is_number(b)]
+    pairs = [(a, b) for a, b in pairs if is_number(a) and is_number(b)]
     diff = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
     interval = (f"[{diff.low:+.3f}, {diff.high:+.3f}]" if diff.n > 1 else "-")
     mean = f"{diff.mean:+.3f}" if diff.n else "-"
@@ -575,7 +286,7 @@ def learning_lines(results: dict[str, list[RunResults]]) -> list[str]:
   success of the first and of the last quarter of the iterations and the held-out success
   of the warm start and at the end, each rise taken within the run, then over seeds."""
   def rise(after: float | None, before: float | None) -> float | None:
-    return after - before if _is_number(after) and _is_number(before) else None
+    return after - before if is_number(after) and is_number(before) else None
   lines = ["", "## Does each arm learn?", "",
            "Per finished run: the training success over the first and over the last quarter "
            "of the iterations (pooled over their episodes; the first iteration plays the "
@@ -646,21 +357,6 @@ def ineffective_lines(results: dict[str, list[RunResults]]) -> list[str]:
   return lines
 
 
-def _total(run: RunResults, key: str) -> float:
-  """A train figure summed over a run's iterations (0 where it was not recorded)."""
-  return float(sum(r.get(key, 0) for r in run.train.values()))
-
-
-def optimizer_steps(run: RunResults) -> float | None:
-  """The optimizer steps a run took: its mini-batches (batch rows, padding included, over
-  `rl.mini_batch_size`) less those without signal (`update_empty`) and those skipped as
-  non-finite (`update_skipped`); None without the figures."""
-  if run.mini_batch_size is None or not all("batch_rows" in r for r in run.train.values()):
-    return None
-  mini_batches = (_total(run, "batch_rows") + _total(run, "batch_padding_rows")) \
-      / run.mini_batch_size
-  return mini_batches - _total(run, "update_empty") - _total(run, "update_skipped")
-
 
 def signal_lines(results: dict[str, list[RunResults]]) -> list[str]:
   """How often GRPO had nothing to learn from: groups whose advantages were all zero, the
@@ -677,9 +373,9 @@ def signal_lines(results: dict[str, list[RunResults]]) -> list[str]:
            "|---|---|---|---|"]
   for arm, runs in results.items():
     runs = [run for run in runs if run.train]
-    per_iteration = [_total(r, "batch_zero_advantage_groups") / len(r.train) for r in runs]
+    per_iteration = [train_total(r, "batch_zero_advantage_groups") / len(r.train) for r in runs]
     lines.append(f"| {arm} | {_fmt(per_iteration, 2)} | "
-                 f"{_fmt([_total(r, 'update_empty') for r in runs], 1)} | "
+                 f"{_fmt([train_total(r, 'update_empty') for r in runs], 1)} | "
                  f"{_fmt([optimizer_steps(r) for r in runs], 1)} |")
   return lines
 
@@ -730,6 +426,48 @@ def _gap_figure(gap: dict[str, Any] | None, source: str, key: str) -> float | No
   return figures.get(key)
 
 
+# The columns of the per-run table: (header, run -> figure or None, digits).
+RUN_COLUMNS: tuple[tuple[str, Callable[[RunResults], float | None], int], ...] = (
+    ("training success, first quarter", lambda r: training_success_rate(r, first=0.25), 3),
+    ("last quarter", lambda r: training_success_rate(r, last=0.25), 3),
+    ("area under the curve", training_success_rate, 3),
+    (f"{HELD_OUT} success, warm start", lambda r: r.evals.get(0, {}).get(f"{HELD_OUT}/success"),
+     3),
+    ("final", final_success, 3),
+    ("area under the curve", held_out_auc, 3),
+    ("plain p(expert), warm start", lambda r: _gap_figure(r.warm_gap, "plain", "p_expert"), 3),
+    ("after RL", lambda r: _gap_figure(r.gap, "plain", "p_expert"), 3),
+    ("decision gap, after RL", lambda r: _gap_figure(r.gap, "oracle", "decision_gap"), 3),
+    ("own skill decision gap, after RL",
+     lambda r: _gap_figure(r.gap, "policy", "decision_gap"), 3),
+    ("gate spread, last iteration",
+     lambda r: gate_spread(r.train[max(r.train)]) if r.train else None, 3),
+    ("RL seconds", rl_seconds, 0),
+)
+
+
+def run_lines(results: dict[str, list[RunResults]]) -> list[str]:
+  """One row per finished run: the figures the page's means, rises and paired differences
+  are taken from, so a reader sees which seed carries a difference."""
+  runs = [run for arm_runs in results.values() for run in arm_runs if run.summary is not None]
+  if not runs:
+    return []
+  lines = ["", "## Each run", "",
+           "The per-run figures behind the means and the paired differences above: training "
+           "success over the first and the last quarter of the iterations and over all of "
+           "them (the area under the curve), held-out success, the plain policy's p(expert) "
+           "and the teacher gaps (seed_jax.teacher_gap, below), the gate's spread "
+           "(\"The teacher at the start and the end of RL\") and the RL wall seconds.", "",
+           "| arm | seed | " + " | ".join(h for h, _, _ in RUN_COLUMNS) + " |",
+           "|---" * (len(RUN_COLUMNS) + 2) + "|"]
+  for run in runs:
+    cells = [figure(run) for _, figure, _ in RUN_COLUMNS]
+    lines.append(f"| {run.arm} | {run.seed} | " + " | ".join(
+        f"{v:.{digits}f}" if is_number(v) else "-"
+        for v, (_, _, digits) in zip(cells, RUN_COLUMNS)) + " |")
+  return lines
+
+
 # (column, skill source, key) of the decision table: the plain student, the teacher reading
 # the oracle's plan, and what the plan's content adds (oracle minus another task's plan);
 # for a policy that writes skills (stage 1, the `seed` arm), the teacher reading its own
@@ -774,7 +512,7 @@ def teacher_gap_lines(results: dict[str, list[RunResults]],
     for seed, gap in sorted(warm_gaps.items()):
       figures = [_gap_figure(gap, source, key) for _, source, key in ACTING_COLUMNS]
       lines.append(f"| {seed} | " + " | ".join(
-          f"{v:.3f}" if _is_number(v) else "-" for v in figures) + " |")
+          f"{v:.3f}" if is_number(v) else "-" for v in figures) + " |")
   if arms:
     lines += ["", "| arm | " + " | ".join(f"{h}, warm start | after RL"
                                           for h, _, _ in DECISION_COLUMNS) + " |",
@@ -825,6 +563,7 @@ def results_markdown(results: dict[str, list[RunResults]],
   for step in steps:
     lines.append(f"| {step} | " + " | ".join(_fmt(curves[a].get(step)) for a in arms) + " |")
   lines += (learning_lines(results) + ineffective_lines(results) + paired_lines(results)
+            + run_lines(results)
             + cost_lines(results) + signal_lines(results)
             + teacher_gap_lines(results, warm_gaps or {}) + gap_lines(results)
             + provenance_lines(results, warm_origins or {}))

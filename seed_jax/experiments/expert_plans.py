@@ -10,7 +10,7 @@ A teacher reading a skill whose plan is wrong knows less than its student, not m
 
 The plans come from playing each task a run's analysis records name once with the env's
 expert (in process, no model), written to `<run>/expert_plans.json` (task id -> actions);
-the experiment page (`seed_jax.experiments.aggregate.skill_quality`) reads them beside the
+the experiment page (`seed_jax.experiments.run_results.skill_quality`) reads them beside the
 run's `analysis/iter_N.jsonl`:
 
   python -m seed_jax.experiments.expert_plans --runs=results/sokoban_long/seed/seed0

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import pathlib
 import random
 import string
 from typing import Any
