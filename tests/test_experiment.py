@@ -708,6 +708,11 @@ def test_run_figures_pool_episodes_and_integrate_the_held_out_curve(tmp_path):
   assert run_results.training_success_rate(run, first=0.5) == pytest.approx(0.25)  # 8 / 32
   # Trapezoids: 64 * (0.25 + 0.5) / 2 + 32 * (0.5 + 0.75) / 2 = 24 + 20 = 44, over 96.
   assert run_results.held_out_auc(run) == pytest.approx(44 / 96)
+  # Two iterations pooled: none before the second; then (0*16 + 0.5*16) / 32,
+  # (0.5*16 + 0.25*32) / 48 and (0.25*32 + 1*32) / 64.
+  assert [run_results.windowed_training_success(run, step, window=2) for step in range(1, 5)
+          ] == [None, pytest.approx(0.25), pytest.approx(1 / 3), pytest.approx(0.625)]
+  assert run_results.windowed_train_curve([run, run], window=4) == {4: [0.5, 0.5]}
   assert run_results.rl_seconds(run) == 60.0
   # Bins centred outside [0.4, 0.6] hold 0.1 (at 0.05), 0.1 (0.35), 0.1 (0.65), 0.2 (0.95).
   assert run_results.gate_spread(run.train[1]) == pytest.approx(0.5)

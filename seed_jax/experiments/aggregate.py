@@ -18,10 +18,10 @@ from seed_jax import machine_speed, provenance
 from seed_jax.experiments.arms import BC, STAGE1, get_arm
 from seed_jax.experiments.jobs import warm_start_workdir
 from seed_jax.experiments.run_results import (
-    HELD_OUT, OTHER_SPLITS, PLAN_FIGURES, RunResults, episodes_consumed, eval_curve,
-    final_eval, final_success, gate_spread, held_out_auc, is_number, optimizer_steps,
-    read_experiment, read_teacher_gap, rl_seconds, skill_curve, train_curve, train_total,
-    training_ineffective_rate, training_success_rate)
+    HELD_OUT, OTHER_SPLITS, PLAN_FIGURES, TRAIN_WINDOW, RunResults, episodes_consumed,
+    eval_curve, final_eval, final_success, gate_spread, held_out_auc, is_number,
+    optimizer_steps, read_experiment, read_teacher_gap, rl_seconds, skill_curve, train_curve,
+    train_total, training_ineffective_rate, training_success_rate, windowed_train_curve)
 from seed_jax.experiments.stats import mean_std, paired_difference
 from seed_jax.train.algorithms import get_algorithm
 
@@ -45,6 +45,8 @@ def _fmt(values: Sequence[Any] | None, digits: int = 3) -> str:
 # The curve PNGs: file -> panels of (title, arm runs -> step -> values across seeds).
 CURVES: dict[str, list[tuple[str, Callable]]] = {
     "success.png": [("training rollouts: success", train_curve),
+                    (f"training rollouts: success over the last {TRAIN_WINDOW} iterations",
+                     windowed_train_curve),
                     (f"held-out ({HELD_OUT}): success", eval_curve)],
     "opd_gate.png": [("OPD gate: mean over active tokens",
                       lambda runs: train_curve(runs, "gate_mean")),

@@ -299,6 +299,27 @@ def train_curve(runs, key: str = "success") -> dict[int, list[float]]:
   return curve(runs, lambda r, s: r.train[s].get(key), lambda r: r.train)
 
 
+# Iterations pooled by the smoothed training curve: one iteration's few games move its
+# success by more than a run's learning (32 episodes of 8 puzzles on `:learn_long`).
+TRAIN_WINDOW = 5
+
+
+def windowed_training_success(run: RunResults, step: int, window: int = TRAIN_WINDOW
+                              ) -> float | None:
+  """The success rate over the episodes of the `window` iterations up to and including
+  `step`, pooled; None before `window` iterations have played."""
+  steps = [s for s in sorted(run.train) if s <= step
+           and is_number(run.train[s].get("success"))][-window:]
+  if len(steps) < window:
+    return None
+  return pooled_rate([run.train[s]["success"] for s in steps],
+                     [run.train[s].get("episodes", 1) for s in steps])
+
+
+def windowed_train_curve(runs, window: int = TRAIN_WINDOW) -> dict[int, list[float]]:
+  return curve(runs, lambda r, s: windowed_training_success(r, s, window), lambda r: r.train)
+
+
 def eval_curve(runs, split: str = HELD_OUT) -> dict[int, list[float]]:
   return curve(runs, lambda r, s: r.evals[s].get(f"{split}/success"), lambda r: r.evals)
 
