@@ -640,6 +640,32 @@ def test_the_page_shows_the_teacher_reading_the_policys_own_skill(tmp_path):
   assert "| 0.750 (n=1) | 0.750 (n=1) | 0.375 (n=1) | - | -0.125 (n=1) | - |" in page
 
 
+def test_the_page_pairs_what_rl_taught_the_plain_policy_of_the_expert_moves(tmp_path):
+  # p(expert) on the held-out decisions, warm start -> final: seed 0.5 -> 0.7 and
+  # 0.25 -> 0.5 (from stage 1), grpo 0.5 -> 0.6 and 0.25 -> 0.3 (from behaviour cloning).
+  out = str(tmp_path)
+  starts = {(0, BC): 0.5, (0, STAGE1): 0.5, (1, BC): 0.25, (1, STAGE1): 0.25}
+  for (seed, kind), plain in starts.items():
+    warm = f"{out}/warm_start/seed{seed}/{kind}"
+    write_run(warm, [], {0: 0.25})
+    with open(f"{warm}/{TEACHER_GAP_FILE}", "w") as f:
+      json.dump(teacher_gap_record(plain, 1.0, 0.25), f)
+  for arm, ends in (("seed", (0.7, 0.5)), ("grpo", (0.6, 0.3))):
+    for seed, plain in enumerate(ends):
+      write_run(f"{out}/{arm}/seed{seed}", [0.5], final=0.5)
+      with open(f"{out}/{arm}/seed{seed}/{TEACHER_GAP_FILE}", "w") as f:
+        json.dump(teacher_gap_record(plain, 1.0, 0.25), f)
+  results = run_results.read_experiment(out, ["seed", "grpo"], [0, 1],
+                                        {"seed": STAGE1, "grpo": BC})
+  assert run_results.plain_p_expert_rise(results["seed"][1]) == pytest.approx(0.25)
+  # Differences 0.1 and 0.2: mean 0.15, sd 0.0707, t(0.975, 1) = 12.706 (tables):
+  # half-width 12.706 * 0.0707 / sqrt(2) = 0.635.
+  assert ("| seed - grpo | plain p(expert) on the held-out expert decisions, rise over RL | "
+          "2 | +0.150 | [-0.485, +0.785] | no |") in aggregate.results_markdown(results)
+  no_records = run_results.read_experiment(out, ["seed"], [0])  # no warm start given
+  assert run_results.plain_p_expert_rise(no_records["seed"][0]) is None
+
+
 def test_a_page_without_teacher_gap_records_has_no_such_section(tmp_path):
   write_run(f"{tmp_path}/grpo/seed0", [0.5], final=0.5)
   page = open(aggregate.write_results(str(tmp_path), ["grpo"], [0])).read()

@@ -20,8 +20,9 @@ from seed_jax.experiments.jobs import warm_start_workdir
 from seed_jax.experiments.run_results import (
     HELD_OUT, OTHER_SPLITS, PLAN_FIGURES, TRAIN_WINDOW, RunResults, episodes_consumed,
     eval_curve, final_eval, final_success, gate_spread, held_out_auc, is_number,
-    optimizer_steps, read_experiment, read_teacher_gap, rl_seconds, skill_curve, train_curve,
-    train_total, training_ineffective_rate, training_success_rate, windowed_train_curve)
+    optimizer_steps, plain_p_expert_rise, read_experiment, read_teacher_gap, rl_seconds,
+    skill_curve, train_curve, train_total, training_ineffective_rate, training_success_rate,
+    windowed_train_curve)
 from seed_jax.experiments.stats import mean_std, paired_difference
 from seed_jax.train.algorithms import get_algorithm
 
@@ -104,6 +105,7 @@ PAIRED_FIGURES: tuple[tuple[str, Callable[[RunResults], float | None]], ...] = (
     ("training success, last quarter of the iterations",
      lambda run: training_success_rate(run, last=0.25)),
     ("training success, area under the curve", training_success_rate),
+    ("plain p(expert) on the held-out expert decisions, rise over RL", plain_p_expert_rise),
 )
 
 

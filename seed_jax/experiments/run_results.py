@@ -263,6 +263,16 @@ def held_out_auc(run: RunResults, split: str = HELD_OUT) -> float | None:
   return curve_mean([x for x, _ in points], [y for _, y in points])
 
 
+def plain_p_expert_rise(run: RunResults) -> float | None:
+  """How far RL moved the plain policy's p(expert) on the held-out expert decisions: the
+  figure of its final weights' `teacher_gap.json` minus its warm start's. What the student
+  learned of the expert's moves, which distillation from an informed teacher should raise;
+  None without both records."""
+  before, after = ((gap or {}).get("plain", {}).get("p_expert")
+                   for gap in (run.warm_gap, run.gap))
+  return after - before if is_number(before) and is_number(after) else None
+
+
 def rl_seconds(run: RunResults) -> float | None:
   """The run's RL wall time: its iterations' rollout, analysis and update seconds (the
   evaluations, the same for every arm, left out)."""
