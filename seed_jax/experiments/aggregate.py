@@ -19,10 +19,10 @@ from seed_jax.experiments.arms import BC, STAGE1, get_arm
 from seed_jax.experiments.jobs import warm_start_workdir
 from seed_jax.experiments.run_results import (
     HELD_OUT, OTHER_SPLITS, PLAN_FIGURES, TRAIN_WINDOW, RunResults, episodes_consumed,
-    eval_curve, final_eval, final_success, gate_spread, held_out_auc, is_number,
+    eval_curve, final_eval, final_success, gap_figure, gate_spread, held_out_auc, is_number,
     optimizer_steps, plain_p_expert_rise, read_experiment, read_teacher_gap, rl_seconds,
     skill_curve, train_curve, train_total, training_ineffective_rate, training_success_rate,
-    windowed_train_curve)
+    warm_start_eval, warm_start_success, windowed_train_curve)
 from seed_jax.experiments.stats import mean_std, paired_difference
 from seed_jax.train.algorithms import get_algorithm
 
@@ -303,7 +303,7 @@ def learning_lines(results: dict[str, list[RunResults]]) -> list[str]:
     runs = [run for run in runs if run.summary is not None]
     early = [training_success_rate(r, first=0.25) for r in runs]
     late = [training_success_rate(r, last=0.25) for r in runs]
-    start = [r.evals.get(0, {}).get(f"{HELD_OUT}/success") for r in runs]
+    start = [warm_start_success(r) for r in runs]
     final = [final_success(r) for r in runs]
     lines.append(f"| {arm} | {len(runs)} | {_fmt(early)} | {_fmt(late)} | "
                  f"{_fmt([rise(b, a) for a, b in zip(early, late)])} | {_fmt(start)} | "
@@ -356,7 +356,7 @@ def ineffective_lines(results: dict[str, list[RunResults]]) -> list[str]:
       early = [training_ineffective_rate(r, first=0.25) for r in runs]
       late = [training_ineffective_rate(r, last=0.25) for r in runs]
       lines.append(f"| {arm} | {len(runs)} | {_fmt(early)} | {_fmt(late)} | "
-                   f"{_fmt([r.evals.get(0, {}).get(key) for r in runs])} | "
+                   f"{_fmt([warm_start_eval(r, key) for r in runs])} | "
                    f"{_fmt([final_eval(r, key) for r in runs])} |")
   return lines
 
@@ -416,34 +416,19 @@ def gap_lines(results: dict[str, list[RunResults]]) -> list[str]:
   return lines
 
 
-def _gap_figure(gap: dict[str, Any] | None, source: str, key: str) -> float | None:
-  """`gap[source][key]` (`source` "" for a top-level figure) of a teacher_gap.json; None
-  for a skill source that gave no task a skill (a policy that cannot write one: its
-  "teacher" is the plain prompt and measures nothing)."""
-  if gap is None:
-    return None
-  if not source:
-    return gap.get(key)
-  figures = gap.get(source) or {}
-  if source != "plain" and figures.get("skills") == 0:
-    return None
-  return figures.get(key)
-
-
 # The columns of the per-run table: (header, run -> figure or None, digits).
 RUN_COLUMNS: tuple[tuple[str, Callable[[RunResults], float | None], int], ...] = (
     ("training success, first quarter", lambda r: training_success_rate(r, first=0.25), 3),
     ("last quarter", lambda r: training_success_rate(r, last=0.25), 3),
     ("area under the curve", training_success_rate, 3),
-    (f"{HELD_OUT} success, warm start", lambda r: r.evals.get(0, {}).get(f"{HELD_OUT}/success"),
-     3),
+    (f"{HELD_OUT} success, warm start", warm_start_success, 3),
     ("final", final_success, 3),
     ("area under the curve", held_out_auc, 3),
-    ("plain p(expert), warm start", lambda r: _gap_figure(r.warm_gap, "plain", "p_expert"), 3),
-    ("after RL", lambda r: _gap_figure(r.gap, "plain", "p_expert"), 3),
-    ("decision gap, after RL", lambda r: _gap_figure(r.gap, "oracle", "decision_gap"), 3),
+    ("plain p(expert), warm start", lambda r: gap_figure(r.warm_gap, "plain", "p_expert"), 3),
+    ("after RL", lambda r: gap_figure(r.gap, "plain", "p_expert"), 3),
+    ("decision gap, after RL", lambda r: gap_figure(r.gap, "oracle", "decision_gap"), 3),
     ("own skill decision gap, after RL",
-     lambda r: _gap_figure(r.gap, "policy", "decision_gap"), 3),
+     lambda r: gap_figure(r.gap, "policy", "decision_gap"), 3),
     ("gate spread, last iteration",
      lambda r: gate_spread(r.train[max(r.train)]) if r.train else None, 3),
     ("RL seconds", rl_seconds, 0),
@@ -514,7 +499,7 @@ def teacher_gap_lines(results: dict[str, list[RunResults]],
               "| seed | " + " | ".join(h for h, _, _ in ACTING_COLUMNS) + " |",
               "|---" * (len(ACTING_COLUMNS) + 1) + "|"]
     for seed, gap in sorted(warm_gaps.items()):
-      figures = [_gap_figure(gap, source, key) for _, source, key in ACTING_COLUMNS]
+      figures = [gap_figure(gap, source, key) for _, source, key in ACTING_COLUMNS]
       lines.append(f"| {seed} | " + " | ".join(
           f"{v:.3f}" if is_number(v) else "-" for v in figures) + " |")
   if arms:
@@ -522,7 +507,7 @@ def teacher_gap_lines(results: dict[str, list[RunResults]],
                                           for h, _, _ in DECISION_COLUMNS) + " |",
               "|---" * (2 * len(DECISION_COLUMNS) + 1) + "|"]
     for arm in arms:
-      cells = [_fmt([_gap_figure(getattr(run, which), source, key) for run in results[arm]])
+      cells = [_fmt([gap_figure(getattr(run, which), source, key) for run in results[arm]])
                for _, source, key in DECISION_COLUMNS for which in ("warm_gap", "gap")]
       lines.append(f"| {arm} | " + " | ".join(cells) + " |")
   return lines
@@ -557,7 +542,7 @@ def results_markdown(results: dict[str, list[RunResults]],
     # A final figure: an unfinished run's latest iteration is on the curve, not here.
     last = [r.train[max(r.train)].get("success") for r in runs
             if r.train and r.summary is not None]
-    start = _fmt([r.evals.get(0, {}).get(f"{HELD_OUT}/success") for r in runs])
+    start = _fmt([warm_start_success(r) for r in runs])
     lines.append(f"| {arm} | {finished}/{len(runs)} | {start} | " + " | ".join(final)
                  + f" | {_fmt(last)} | {descriptions.get(arm, '')} |")
   curves = {arm: train_curve(results[arm]) for arm in arms}

@@ -210,6 +210,16 @@ def final_success(run: RunResults, split: str = HELD_OUT) -> float | None:
   return final_eval(run, f"{split}/success")
 
 
+def warm_start_eval(run: RunResults, key: str) -> float | None:
+  """The figure `key` of the evaluation at iteration 0: the warm start's, before any RL."""
+  return run.evals.get(0, {}).get(key)
+
+
+def warm_start_success(run: RunResults, split: str = HELD_OUT) -> float | None:
+  """The warm start's success on `split`."""
+  return warm_start_eval(run, f"{split}/success")
+
+
 def episodes_consumed(run: RunResults) -> dict[int, float]:
   """iteration -> the training episodes played up to and including it (0: the warm start,
   before any). The x axis of a sample-efficiency curve."""
@@ -263,13 +273,26 @@ def held_out_auc(run: RunResults, split: str = HELD_OUT) -> float | None:
   return curve_mean([x for x, _ in points], [y for _, y in points])
 
 
+def gap_figure(gap: dict[str, Any] | None, source: str, key: str) -> float | None:
+  """`gap[source][key]` (`source` "" for a top-level figure) of a teacher_gap.json; None
+  for a skill source that gave no task a skill (a policy that cannot write one: its
+  "teacher" is the plain prompt and measures nothing)."""
+  if gap is None:
+    return None
+  if not source:
+    return gap.get(key)
+  figures = gap.get(source) or {}
+  if source != "plain" and figures.get("skills") == 0:
+    return None
+  return figures.get(key)
+
+
 def plain_p_expert_rise(run: RunResults) -> float | None:
   """How far RL moved the plain policy's p(expert) on the held-out expert decisions: the
   figure of its final weights' `teacher_gap.json` minus its warm start's. What the student
   learned of the expert's moves, which distillation from an informed teacher should raise;
   None without both records."""
-  before, after = ((gap or {}).get("plain", {}).get("p_expert")
-                   for gap in (run.warm_gap, run.gap))
+  before, after = (gap_figure(gap, "plain", "p_expert") for gap in (run.warm_gap, run.gap))
   return after - before if is_number(before) and is_number(after) else None
 
 
