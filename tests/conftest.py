@@ -40,3 +40,25 @@ def tokenizer():
   from seed_jax.models.embedded import embedded_model_dir
   from seed_jax.models.tokenizer import load_tokenizer
   return load_tokenizer(embedded_model_dir())
+
+
+@pytest.fixture
+def compiles():
+  """A context manager factory: `with compiles() as names:` collects one entry per XLA
+  compile that runs inside the block (jax.monitoring's backend-compile event)."""
+  import contextlib  # pylint: disable=import-outside-toplevel
+
+  import jax  # pylint: disable=import-outside-toplevel
+
+  @contextlib.contextmanager
+  def collect():
+    seen = []
+    listener = lambda event, _seconds, **_: seen.append(event) if event.endswith(
+        "backend_compile_duration") else None
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+      yield seen
+    finally:
+      jax.monitoring.unregister_event_duration_listener(listener)
+
+  return collect

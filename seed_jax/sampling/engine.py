@@ -220,8 +220,9 @@ def empty_slots(cfg, rows: int, cache_len: int, max_new_bucket: int, cache_dtype
                 ) -> DecodeState:
   """R empty slots (every row done, nothing to take) over a ring cache of S slots."""
   key = jax.random.key(0)
+  cache = init_cache(cfg, rows, cache_len, cache_dtype)
   return dict(
-      cache=init_cache(cfg, rows, cache_len, cache_dtype),
+      cache=jax.tree.map(lambda c: constrain(c, _CACHE_AXES), cache),
       kv_mask=jnp.zeros((rows, cache_len), bool),
       next_position=jnp.zeros((rows,), jnp.int32),
       row_keys=jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(rows)),
@@ -232,26 +233,32 @@ def empty_slots(cfg, rows: int, cache_len: int, max_new_bucket: int, cache_dtype
 
 
 def insert(graphdef: nnx.GraphDef, params: nnx.State, state: DecodeState,
-           prompt_tokens: Array, prompt_mask: Array, slots: Array, row_keys: Array,
-           knobs: dict[str, Array], *, top_k: int, use_top_p: bool) -> DecodeState:
-  """Prefills `k` prompts and puts them into `slots`, with token 0 sampled.
+           prompt_tokens: Array, prompt_mask: Array, sources: Array, slots: Array,
+           row_keys: Array, knobs: dict[str, Array], *, top_k: int, use_top_p: bool
+           ) -> DecodeState:
+  """Prefills `u` distinct prompts and puts `k` rows of them into `slots`, with token 0
+  sampled.
 
   Args:
     state: the slots (`empty_slots`, then the output of `insert` / `generate`; donated).
-    prompt_tokens: int32 `[k, P]` left-padded. prompt_mask: bool `[k, P]`.
-    slots: int32 `[k]` distinct rows to fill (a slot past R, for padding prompts, is
+    prompt_tokens: int32 `[u, P]` left-padded. prompt_mask: bool `[u, P]`.
+    sources: int32 `[k]`, the prompt each entering row starts from.
+    slots: int32 `[k]` distinct rows to fill (a slot past R, for padding rows, is
       dropped).
     row_keys: typed keys `[k]`: each response's own random stream.
   """
   model = nnx.merge(graphdef, params)
-  k, prompt_len = prompt_tokens.shape
+  k, prompt_len = sources.shape[0], prompt_tokens.shape[1]
   cache_len = state["kv_mask"].shape[1]
   positions = jnp.maximum(jnp.cumsum(prompt_mask.astype(jnp.int32), axis=-1) - 1, 0)
-  cache = init_cache(model.cfg, k, prompt_len, state["cache"][0]["k"].dtype)
+  cache = init_cache(model.cfg, prompt_tokens.shape[0], prompt_len,
+                     state["cache"][0]["k"].dtype)
   hidden, cache = model.forward_with_cache(prompt_tokens, positions, prompt_mask, cache, 0)
+  rows_of = lambda x: jnp.take(x, sources, axis=0)
+  cache, prompt_mask = jax.tree.map(rows_of, cache), rows_of(prompt_mask)
   fresh = dict(_fresh_rows(k, state["tokens"].shape[1]), done=jnp.zeros((k,), bool),
                row_keys=row_keys)
-  fresh = _choose_and_record(fresh, model.unembed(hidden[:, -1]), knobs, top_k=top_k,
+  fresh = _choose_and_record(fresh, model.unembed(rows_of(hidden[:, -1])), knobs, top_k=top_k,
                              use_top_p=use_top_p)
 
   # The prompt's P slots end just before the write pointer, around the ring.

@@ -18,10 +18,32 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from seed_jax.parallel import hosts
 from seed_jax.sampling import engine
 from seed_jax.sampling.sampler import Sampler, SamplingParams, round_up
+
+
+# Module-level jits, so that every rollout's SlotDecoder reuses the programs compiled for
+# the first (one each per shape: a jit made per decoder recompiled them all every rollout,
+# ~13 s a shape for the embedded model on 2 cores).
+_FILTERING = ("top_k", "use_top_p")
+_empty_slots = jax.jit(engine.empty_slots, static_argnums=(0, 1, 2, 3, 4))
+_insert = jax.jit(engine.insert, static_argnums=0, static_argnames=_FILTERING,
+                  donate_argnums=2)
+_generate = jax.jit(engine.generate, static_argnums=0,
+                    static_argnames=("max_steps", *_FILTERING), donate_argnums=2)
+
+
+def _beside(state: engine.DecodeState, params) -> engine.DecodeState:
+  """The empty slots on the mesh of `params` (a model loaded without a mesh sits on a
+  one-device mesh), where `insert` and `generate` return them: a state of another
+  placement compiled each program twice."""
+  sharding = jax.tree.leaves(params)[0].sharding
+  if not isinstance(sharding, NamedSharding):
+    return state
+  return jax.device_put(state, NamedSharding(sharding.mesh, PartitionSpec()))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -55,14 +77,12 @@ class SlotDecoder:
     cache_len = self.prompt_len + self.max_new_bucket
     self.knobs = {k: jnp.asarray(v) for k, v in
                   sampler.knob_arrays(sampling, self.max_new_bucket).items()}
-    filtering = dict(top_k=sampling.top_k, use_top_p=sampling.top_p < 1.0)
-    self._insert = jax.jit(functools.partial(engine.insert, **filtering),
-                           static_argnums=0, donate_argnums=2)
-    self._generate = jax.jit(functools.partial(engine.generate, **filtering),
-                             static_argnums=0, static_argnames="max_steps", donate_argnums=2)
-    cache_dtype = sampler.cache_dtype or sampler.cfg.jnp_dtype
-    self.state = engine.empty_slots(sampler.cfg, num_slots, cache_len, self.max_new_bucket,
-                                    cache_dtype)
+    self.filtering = dict(top_k=sampling.top_k, use_top_p=sampling.top_p < 1.0)
+    cache_dtype = jnp.dtype(sampler.cache_dtype or sampler.cfg.jnp_dtype)
+    with sampler._mesh_context():  # pylint: disable=protected-access
+      state = _empty_slots(sampler.cfg, num_slots, cache_len, self.max_new_bucket,
+                           cache_dtype)
+    self.state = state if sampler.mesh is not None else _beside(state, sampler.params)
     self.busy = np.zeros(num_slots, bool)
 
   def free_slots(self) -> list[int]:
@@ -70,7 +90,8 @@ class SlotDecoder:
 
   def insert(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> None:
     """Prefills each `(slot, prompt_ids, stream, turn)` into its free slot, its first token
-    sampled. A prompt longer than `max_prompt_len` keeps its last tokens."""
+    sampled (equal prompts once). A prompt longer than `max_prompt_len` keeps its last
+    tokens."""
     if not items:
       return
     slots = [slot for slot, *_ in items]
@@ -79,17 +100,21 @@ class SlotDecoder:
     longest = max(len(ids) for _, ids, _, _ in items)
     prompt_len = min(round_up(longest, self.sampler.prompt_buckets, "prompt length"),
                      self.prompt_len)
+    # A prompt shared by several entering rows (a GRPO group's first turn) is prefilled once.
+    distinct = {tuple(ids): None for _, ids, _, _ in items}
+    distinct = {ids: i for i, ids in enumerate(distinct)}
+    tokens, mask = self.sampler.left_padded(
+        list(distinct), round_up(len(distinct), None, "number of prompts"), prompt_len)
     rows = round_up(len(items), None, "number of prompts")  # a few compiled shapes
-    tokens, mask = self.sampler.left_padded([ids for _, ids, _, _ in items], rows, prompt_len)
-    targets = np.full((rows,), self.num_slots, np.int32)  # padding prompts: slot dropped
-    streams, turns = np.zeros((rows,), np.int32), np.zeros((rows,), np.int32)
-    for i, (slot, _, stream, turn) in enumerate(items):
-      targets[i], streams[i], turns[i] = slot, stream, turn
+    targets = np.full((rows,), self.num_slots, np.int32)  # padding rows: slot dropped
+    sources, streams, turns = (np.zeros((rows,), np.int32) for _ in range(3))
+    for i, (slot, ids, stream, turn) in enumerate(items):
+      targets[i], sources[i], streams[i], turns[i] = slot, distinct[tuple(ids)], stream, turn
     keys = _row_keys(self.seed, jnp.asarray(streams), jnp.asarray(turns))
     with self.sampler._mesh_context():  # pylint: disable=protected-access
-      self.state = self._insert(self.sampler.graphdef, self.sampler.params, self.state,
-                                jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(targets),
-                                keys, self.knobs)
+      self.state = _insert(self.sampler.graphdef, self.sampler.params, self.state,
+                           jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(sources),
+                           jnp.asarray(targets), keys, self.knobs, **self.filtering)
     self.busy[slots] = True
 
   def run(self) -> list[int]:
@@ -98,8 +123,8 @@ class SlotDecoder:
     done = np.asarray(hosts.fetch(self.state["done"]))
     if not (self.busy & done).any() and (self.busy & ~done).any():
       with self.sampler._mesh_context():  # pylint: disable=protected-access
-        self.state = self._generate(self.sampler.graphdef, self.sampler.params, self.state,
-                                    self.knobs, max_steps=self.max_steps)
+        self.state = _generate(self.sampler.graphdef, self.sampler.params, self.state,
+                               self.knobs, max_steps=self.max_steps, **self.filtering)
       done = np.asarray(hosts.fetch(self.state["done"]))
     return [int(s) for s in np.flatnonzero(self.busy & done)]
 

@@ -66,6 +66,16 @@ def test_a_response_depends_on_its_stream_and_turn_not_on_its_neighbours(sampler
   assert any(another_seed[i, 0][0] != one[i, 0][0] for i in range(len(PROMPTS)))
 
 
+def test_a_second_decoder_compiles_nothing(sampler, compiles):
+  # Every rollout builds its own SlotDecoder: the programs of the first serve the next.
+  sampling = SamplingParams(max_new_tokens=8, temperature=0.0)
+  first = _run_slots(sampler, sampling, 4)
+  with compiles() as compiled:
+    again = _run_slots(sampler, sampling, 4)
+  assert compiled == []
+  assert {k: v[0] for k, v in again.items()} == {k: v[0] for k, v in first.items()}
+
+
 def test_slots_are_named_once_and_only_when_free(sampler):
   slots = SlotDecoder(sampler, SamplingParams(max_new_tokens=4), 2, max_prompt_len=16, seed=0)
   with pytest.raises(ValueError, match="free and named once"):

@@ -45,3 +45,11 @@ def test_sampled_episodes_are_a_function_of_the_seed(trainer):
   assert first == again
   # (That another seed samples otherwise, whatever shares the batch: test_slots.py; this
   # tiny model's tied random embeddings repeat one token at any temperature.)
+
+
+def test_a_second_rollout_compiles_nothing(trainer, compiles):
+  # On the tests' mesh: the empty slots are placed where insert and generate return them.
+  _play(trainer, 5, temperature=1.0, continuous=True)
+  with compiles() as compiled:
+    _play(trainer, 5, temperature=1.0, continuous=True)
+  assert compiled == []
