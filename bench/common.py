@@ -92,6 +92,19 @@ def barrier_utilisation(lengths_by_episode: list[list[int]]) -> float:
   return useful / max(padded, 1)
 
 
+def decode_steps(lengths_by_episode: list[list[int]]) -> dict[str, int]:
+  """The decode steps each rollout loop needs for these responses: the turn-synchronous
+  loop runs every turn to its longest response (`barrier`: the sum over turns of the
+  longest live one); without the barrier, one slot per episode, an episode's turns still
+  follow each other, so no loop takes fewer steps than the longest episode's responses
+  together (`critical_path`). Their ratio bounds what `rollout.continuous` can save of
+  the decode, before any prefill."""
+  turns = max(len(lengths) for lengths in lengths_by_episode)
+  barrier = sum(max(lengths[turn] for lengths in lengths_by_episode if len(lengths) > turn)
+                for turn in range(turns))
+  return dict(barrier=barrier, critical_path=max(sum(lengths) for lengths in lengths_by_episode))
+
+
 def useful_training_flops(cfg, sequences) -> tuple[float, int]:
   """Forward + backward FLOPs over the real tokens of `sequences` ((prompt ids, target ids)
   pairs), each on its own as if no padding or packing were there, and their token count."""

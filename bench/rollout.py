@@ -9,10 +9,12 @@ episodes of its first training games, the same seed in every mode), played throu
 `seed_jax.train.rollout.play_episodes` once per response budget and mode, `--repeats` times
 (the first includes XLA compiles: `cold_s`; `seconds` is the fastest of the others). Each
 reports the prompt tokens prefilled, the response tokens decoded and their rate, the turns,
-success, and the response lengths' spread; for the synchronous loop also
-`barrier_utilisation` (`bench.common`), the share of its decode rows that held a live
-response, which is what the continuous loop can win back. Beside them this machine's streaming bandwidth and matmul
-peak, measured in the same run. Prints one JSON line.
+success, the response lengths' spread, and `decode_steps` (`bench.common`): the steps these
+responses need with the turn barrier and, at least, without it (the longest episode's
+responses together); for the synchronous loop also `barrier_utilisation`, the share of its
+decode rows that held a live response. The two loops sample different streams, so compare
+their `tok_s` and steps, not their seconds alone. Beside them this machine's streaming
+bandwidth and matmul peak, measured in the same run. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from bench.common import (barrier_utilisation, emit, matmul_peak_flops,  # noqa: E402
-                          stream_bandwidth_bytes)
+from bench.common import (barrier_utilisation, decode_steps, emit,  # noqa: E402
+                          matmul_peak_flops, stream_bandwidth_bytes)
 from seed_jax.train.rollout import play_episodes  # noqa: E402
 from seed_jax.train.spec import build_run_spec  # noqa: E402
 from seed_jax.train.trainer import Trainer  # noqa: E402
@@ -95,7 +97,8 @@ def main(_):
             turns=int(stats["steps"]), success=round(float(stats["success"]), 3),
             response_len_mean=round(float(flat.mean()), 1),
             response_len_p10_p50_p90=[int(q) for q in np.percentile(flat, [10, 50, 90])],
-            at_budget=round(float(np.mean(flat >= budget)), 3))
+            at_budget=round(float(np.mean(flat >= budget)), 3),
+            decode_steps=decode_steps(lengths))
         if mode == "synchronous":
           by_mode[mode]["barrier_utilisation"] = round(barrier_utilisation(lengths), 3)
       if len(by_mode) == 2:

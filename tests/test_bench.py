@@ -138,3 +138,11 @@ def test_the_turn_barrier_utilisation_counts_live_rows_times_the_longest():
   lengths = [[4, 1, 5], [2, 3], [2]]
   assert barrier_utilisation(lengths) == pytest.approx((8 + 4 + 5) / (12 + 6 + 5))
   assert barrier_utilisation([[7, 7], [7]]) == 1.0
+
+
+def test_decode_steps_with_and_without_the_barrier():
+  from bench.common import decode_steps  # bench/rollout.py's bound
+  # With the barrier: turns of 4, 3 and 5 steps. Without: episode 0's 4 + 1 + 5 = 10 steps.
+  assert decode_steps([[4, 1, 5], [2, 3], [2]]) == dict(barrier=12, critical_path=10)
+  # One episode long at every turn: no loop is faster than it.
+  assert decode_steps([[9, 9], [1, 1], [1, 1]]) == dict(barrier=18, critical_path=18)
