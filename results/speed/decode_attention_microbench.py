@@ -116,3 +116,34 @@ def split(n):
 bench("swapped", swapped, q0, ks, vs, mask)
 bench("split 2", split(2), q0, ks, vs, mask)
 bench("split 4", split(4), q0, ks, vs, mask)
+# Session 65 (2026-12-07): three more.
+kts = [jnp.swapaxes(k, -1, -2) for k in ks]  # [B, KV, D, S]
+def keys_t(q, kts, vs, mask):
+  for k, v in zip(kts, vs):
+    s = jnp.einsum("bkgd,bkds->bkgs", q, k, preferred_element_type=jnp.float32) / 8.0
+    s = jnp.where(mask[:, None, None], s, NEG)
+    p = jax.nn.softmax(s, -1)
+    o = jnp.einsum("bkgs,bksd->bkgd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    q = (q.astype(jnp.float32) + o).astype(q.dtype)
+  return q
+def bf16_acc(q, ks, vs, mask):  # bf16 outputs from the dots
+  for k, v in zip(ks, vs):
+    s = jnp.einsum("bkgd,bksd->bkgs", q, k).astype(jnp.float32) / 8.0
+    s = jnp.where(mask[:, None, None], s, NEG)
+    p = jax.nn.softmax(s, -1)
+    o = jnp.einsum("bkgs,bksd->bkgd", p.astype(v.dtype), v).astype(jnp.float32)
+    q = (q.astype(jnp.float32) + o).astype(q.dtype)
+  return q
+def per_head(q, ks, vs, mask):  # three independent kv-head chains per layer
+  for k, v in zip(ks, vs):
+    outs = []
+    for h in range(KV):
+      s = jnp.einsum("bgd,bsd->bgs", q[:, h], k[:, h], preferred_element_type=jnp.float32) / 8.0
+      s = jnp.where(mask[:, None], s, NEG)
+      p = jax.nn.softmax(s, -1)
+      outs.append(jnp.einsum("bgs,bsd->bgd", p.astype(v.dtype), v[:, h], preferred_element_type=jnp.float32))
+    q = (q.astype(jnp.float32) + jnp.stack(outs, 1)).astype(q.dtype)
+  return q
+bench("keys transposed [B,KV,D,S]", keys_t, q0, kts, vs, mask)
+bench("bf16 dot outputs", bf16_acc, q0, ks, vs, mask)
+bench("per kv head", per_head, q0, ks, vs, mask)
