@@ -80,15 +80,19 @@ def synthetic_rl_batch(rows: int, prompt_len: int, response_len: int, vocab: int
   }
 
 
+def _live_by_turn(lengths_by_episode: list[list[int]]) -> list[list[int]]:
+  """Per turn, the response lengths of the episodes still live at it."""
+  turns = max(len(lengths) for lengths in lengths_by_episode)
+  return [[lengths[turn] for lengths in lengths_by_episode if len(lengths) > turn]
+          for turn in range(turns)]
+
+
 def barrier_utilisation(lengths_by_episode: list[list[int]]) -> float:
   """Share of a turn-synchronous loop's decode rows that held a live response: the sum of
   the response lengths over the sum, per turn, of live episodes x the turn's longest."""
-  turns = max(len(lengths) for lengths in lengths_by_episode)
-  useful = padded = 0
-  for turn in range(turns):
-    live = [lengths[turn] for lengths in lengths_by_episode if len(lengths) > turn]
-    useful += sum(live)
-    padded += len(live) * max(live)
+  by_turn = _live_by_turn(lengths_by_episode)
+  useful = sum(sum(live) for live in by_turn)
+  padded = sum(len(live) * max(live) for live in by_turn)
   return useful / max(padded, 1)
 
 
@@ -99,10 +103,8 @@ def decode_steps(lengths_by_episode: list[list[int]]) -> dict[str, int]:
   follow each other, so no loop takes fewer steps than the longest episode's responses
   together (`critical_path`). Their ratio bounds what `rollout.continuous` can save of
   the decode, before any prefill."""
-  turns = max(len(lengths) for lengths in lengths_by_episode)
-  barrier = sum(max(lengths[turn] for lengths in lengths_by_episode if len(lengths) > turn)
-                for turn in range(turns))
-  return dict(barrier=barrier, critical_path=max(sum(lengths) for lengths in lengths_by_episode))
+  return dict(barrier=sum(max(live) for live in _live_by_turn(lengths_by_episode)),
+              critical_path=max(sum(lengths) for lengths in lengths_by_episode))
 
 
 def useful_training_flops(cfg, sequences) -> tuple[float, int]:

@@ -44,7 +44,7 @@ def tokenizer():
 
 @pytest.fixture
 def compiles():
-  """A context manager factory: `with compiles() as names:` collects one entry per XLA
+  """A context manager factory: `with compiles() as events:` collects one entry per XLA
   compile that runs inside the block (jax.monitoring's backend-compile event)."""
   import contextlib  # pylint: disable=import-outside-toplevel
 
@@ -53,8 +53,11 @@ def compiles():
   @contextlib.contextmanager
   def collect():
     seen = []
-    listener = lambda event, _seconds, **_: seen.append(event) if event.endswith(
-        "backend_compile_duration") else None
+
+    def listener(event: str, _seconds: float, **_):
+      if event.endswith("backend_compile_duration"):
+        seen.append(event)
+
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
       yield seen

@@ -1,6 +1,6 @@
 """Decode attention alone (issue 25): 30 layers of one query a row over a [32, 3, 576, 64] bf16
 KV cache, the sampler's `attend_decode` and the variants tried on 2026-12-04 (README.md)."""
-import time, math, jax, jax.numpy as jnp
+import functools, time, jax, jax.numpy as jnp
 B, KV, G, D, S, L = 32, 3, 3, 64, 576, 30
 def bench(name, fn, *args, n=10):
   f = jax.jit(fn); jax.block_until_ready(f(*args))
@@ -15,9 +15,9 @@ vs = [jax.random.normal(jax.random.fold_in(key, 100 + l), (B, KV, S, D), jnp.bfl
 mask = jnp.ones((B, S), bool)
 q0 = jax.random.normal(key, (B, KV, G, D), jnp.bfloat16)
 NEG = jnp.finfo(jnp.float32).min
-def current(q, ks, vs, mask):
+def current(q, ks, vs, mask, scores="bkgd,bksd->bkgs"):
   for k, v in zip(ks, vs):
-    s = jnp.einsum("bkgd,bksd->bkgs", q, k, preferred_element_type=jnp.float32) / 8.0
+    s = jnp.einsum(scores, q, k, preferred_element_type=jnp.float32) / 8.0
     s = jnp.where(mask[:, None, None], s, NEG)
     p = jax.nn.softmax(s, -1)
     o = jnp.einsum("bkgs,bksd->bkgd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
@@ -118,14 +118,7 @@ bench("split 2", split(2), q0, ks, vs, mask)
 bench("split 4", split(4), q0, ks, vs, mask)
 # Session 65 (2026-12-07): three more.
 kts = [jnp.swapaxes(k, -1, -2) for k in ks]  # [B, KV, D, S]
-def keys_t(q, kts, vs, mask):
-  for k, v in zip(kts, vs):
-    s = jnp.einsum("bkgd,bkds->bkgs", q, k, preferred_element_type=jnp.float32) / 8.0
-    s = jnp.where(mask[:, None, None], s, NEG)
-    p = jax.nn.softmax(s, -1)
-    o = jnp.einsum("bkgs,bksd->bkgd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-    q = (q.astype(jnp.float32) + o).astype(q.dtype)
-  return q
+keys_t = functools.partial(current, scores="bkgd,bkds->bkgs")  # keys as [B, KV, D, S]
 def bf16_acc(q, ks, vs, mask):  # bf16 outputs from the dots
   for k, v in zip(ks, vs):
     s = jnp.einsum("bkgd,bksd->bkgs", q, k).astype(jnp.float32) / 8.0

@@ -101,15 +101,17 @@ class SlotDecoder:
     prompt_len = min(round_up(longest, self.sampler.prompt_buckets, "prompt length"),
                      self.prompt_len)
     # A prompt shared by several entering rows (a GRPO group's first turn) is prefilled once.
-    distinct = {tuple(ids): None for _, ids, _, _ in items}
-    distinct = {ids: i for i, ids in enumerate(distinct)}
+    prompts = [tuple(ids) for _, ids, _, _ in items]
+    distinct: dict[tuple[int, ...], int] = {}
+    for ids in prompts:
+      distinct.setdefault(ids, len(distinct))
     tokens, mask = self.sampler.left_padded(
         list(distinct), round_up(len(distinct), None, "number of prompts"), prompt_len)
     rows = round_up(len(items), None, "number of prompts")  # a few compiled shapes
     targets = np.full((rows,), self.num_slots, np.int32)  # padding rows: slot dropped
     sources, streams, turns = (np.zeros((rows,), np.int32) for _ in range(3))
-    for i, (slot, ids, stream, turn) in enumerate(items):
-      targets[i], sources[i], streams[i], turns[i] = slot, distinct[tuple(ids)], stream, turn
+    for i, ((slot, _, stream, turn), ids) in enumerate(zip(items, prompts)):
+      targets[i], sources[i], streams[i], turns[i] = slot, distinct[ids], stream, turn
     keys = _row_keys(self.seed, jnp.asarray(streams), jnp.asarray(turns))
     with self.sampler._mesh_context():  # pylint: disable=protected-access
       self.state = _insert(self.sampler.graphdef, self.sampler.params, self.state,
